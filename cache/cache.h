@@ -1,0 +1,132 @@
+// The epochfs cache: a RAM tier over a persistent SSD tier of pack files.
+//
+// What it stores. A source file is cut into chunks of `chunk_size` bytes (1 MiB by
+// default); a file no larger than one chunk is therefore stored whole, as chunk 0.
+// A chunk is keyed by the source file's (dev, ino, chunk index) and carries the
+// file's identity (dev, ino, size, mtime_ns, ctime_ns) at the time it was read. A
+// lookup with a different identity finds nothing: a changed, replaced or deleted
+// file is never served stale, and the dead entry is dropped.
+//
+// Where. The RAM tier is a byte-budgeted map of immutable buffers. The SSD tier is a
+// directory of append-only pack files (`packs/pack-NNNNNN.epk`), each a sequence of
+// self-describing entries (header + lz4 or raw bytes, XXH3-64 of the plain bytes), and
+// a RocksDB index (`index/`) from key to location. Pack bytes are synced before the
+// index records that point at them are written, so an index record never points at
+// bytes that were not durable; a record whose bytes fail their checksum is dropped and
+// counted, and the read falls through to the source. If the index is lost it is
+// rebuilt by scanning the packs (docs/architecture.md has the formats).
+//
+// Misses. Read() on a miss reads the whole chunk from the source fd (io_uring, or
+// pread where io_uring is unavailable), serves it, puts it in the RAM tier and queues
+// it for the SSD tier. The SSD writer runs in the background: a slow or full cache disk
+// never fails or blocks a read; it degrades to serving from the source and says so
+// once in the log and in Stats().
+//
+// Thread-safety: every method may be called from any thread concurrently.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cache/status.h"
+
+namespace epochfs::cache {
+
+// What a source file is, for the purpose of deciding whether cached bytes of it are
+// still its bytes. Taken with fstat() on the open source fd.
+struct SourceIdentity {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+
+  bool operator==(const SourceIdentity&) const = default;
+  static SourceIdentity FromStat(const struct ::stat& st);
+};
+
+// An open source file: the fd the cache reads misses from, and its identity.
+struct SourceFile {
+  int fd = -1;  // borrowed, read-only; owned by the caller
+  SourceIdentity id;
+};
+
+enum class Tier : uint8_t { kRam, kSsd, kSource };
+
+// Bytes served by Read(). `owner` keeps them alive; `data` points into it. Cheap to
+// copy; the bytes are immutable.
+struct ReadBuffer {
+  std::shared_ptr<const void> owner;
+  const char* data = nullptr;
+  size_t size = 0;
+  Tier tier = Tier::kSource;  // the slowest tier any part of the read came from
+};
+
+enum class RamPolicy : uint8_t {
+  kLru,     // least recently used goes first
+  kStatic,  // once full, admit nothing new (CoorDL's MinIO: hit ratio c under reshuffling)
+};
+
+struct CacheOptions {
+  std::filesystem::path cache_dir;   // holds packs/ and index/; created if missing
+  uint64_t ram_budget = 1ull << 30;  // bytes of chunk data in the RAM tier
+  uint64_t disk_budget = 16ull << 30;  // bytes of pack files in the SSD tier; 0 = no SSD tier
+  uint32_t chunk_size = 1u << 20;    // also the largest file that is stored whole
+  uint64_t pack_size = 256ull << 20;  // a pack is sealed once it reaches this size
+  // An entry is stored lz4-compressed only when that saves at least this fraction.
+  double min_compression_saving = 1.0 / 8.0;
+  bool use_io_uring = true;          // false forces the pread fallback
+  // Keep this much of the cache filesystem free whatever the budget says; writing
+  // stops (degraded, reads unaffected) below it.
+  uint64_t min_free_bytes = 256ull << 20;
+  RamPolicy ram_policy = RamPolicy::kLru;
+  // Packs are fdatasync'ed, and their index records written, at least this often.
+  uint32_t sync_interval_ms = 1000;
+};
+
+// Counters since Open(). Gauges (bytes, entries) are current values.
+struct CacheStats {
+  uint64_t ram_hits = 0, ram_hit_bytes = 0;
+  uint64_t ssd_hits = 0, ssd_hit_bytes = 0;
+  uint64_t misses = 0, miss_bytes = 0;
+  uint64_t source_reads = 0, source_bytes = 0;
+  uint64_t ram_bytes = 0, ram_entries = 0, ram_evictions = 0;
+  uint64_t ssd_bytes = 0, ssd_entries = 0, ssd_evictions = 0;
+  uint64_t ssd_writes = 0, ssd_write_bytes = 0, ssd_writes_dropped = 0;
+  uint64_t packs = 0, packs_reclaimed = 0;
+  uint64_t stale_entries = 0;    // dropped because the source identity changed
+  uint64_t corrupt_entries = 0;  // dropped because their bytes failed the checksum
+  uint64_t not_admitted = 0;     // fills skipped: file changed too recently to trust
+  uint64_t compressed_entries = 0;
+  bool io_uring = false;         // whether the io_uring path is in use
+  bool ssd_degraded = false;     // the SSD tier stopped writing (full or failing disk)
+  std::string ssd_degraded_reason;
+};
+
+class Cache {
+ public:
+  // Opens (or creates) the cache in options.cache_dir, recovering the index from the
+  // packs if it is missing or damaged. Errors: kInvalidArgument (bad options),
+  // kIoError/kPermission (cache dir unusable).
+  static Result<std::unique_ptr<Cache>> Open(const CacheOptions& options);
+
+  virtual ~Cache() = default;
+
+  // Reads up to `length` bytes at `offset` of `file` (fewer at end of file). Serves
+  // from RAM, then SSD, then the source, filling the faster tiers on the way. Cache
+  // failures never fail a read; only the source can (kIoError, ...).
+  virtual Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) = 0;
+
+  // Drops every cached chunk of the file (dev, ino), e.g. after a write through the
+  // mount. Identity checks make this an optimisation, not a correctness requirement.
+  virtual void Invalidate(uint64_t dev, uint64_t ino) = 0;
+
+  // Makes every queued SSD write durable (packs synced, index written).
+  virtual Status Flush() = 0;
+
+  virtual CacheStats Stats() const = 0;
+};
+
+}  // namespace epochfs::cache

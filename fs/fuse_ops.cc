@@ -1,0 +1,528 @@
+#include "fs/fuse_ops.h"
+
+#include <fcntl.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "spdlog/spdlog.h"
+
+namespace epochfs::fs {
+namespace {
+
+FuseContext& Ctx(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
+
+FuseContext& Counted(fuse_req_t req, RequestKind kind) {
+  FuseContext& ctx = Ctx(req);
+  ctx.counters.Count(kind);
+  return ctx;
+}
+
+Caller CallerOf(fuse_req_t req) {
+  const struct fuse_ctx* c = fuse_req_ctx(req);
+  return Caller{c->uid, c->gid};
+}
+
+void ReplyError(fuse_req_t req, const Status& status) {
+  FuseContext& ctx = Ctx(req);
+  ctx.counters.CountError();
+  const int err = ToErrno(status);
+  // ENOENT and ESTALE are everyday answers, not events worth a log line.
+  if (err != ENOENT && err != ESTALE && err != ENOTEMPTY && err != EEXIST && err != ENODATA) {
+    spdlog::debug("request failed: {}", status.ToString());
+  }
+  fuse_reply_err(req, err);
+}
+
+void ReplyEntry(fuse_req_t req, const Entry& entry) {
+  const FuseContext& ctx = Ctx(req);
+  struct fuse_entry_param e {};
+  e.ino = entry.nodeid;
+  e.generation = 1;  // node ids are never reused, so one generation suffices
+  e.attr = entry.attr;
+  e.attr_timeout = ctx.timeouts.attr_s;
+  e.entry_timeout = ctx.timeouts.entry_s;
+  fuse_reply_entry(req, &e);
+}
+
+FileHandle* HandleOf(const struct fuse_file_info* fi) {
+  return fi ? reinterpret_cast<FileHandle*>(fi->fh) : nullptr;
+}
+
+// A control file's snapshot, made at open.
+struct ControlHandle {
+  std::string content;
+};
+
+bool IsControlDirLookup(fuse_ino_t parent, const char* name) {
+  return parent == kRootNodeId && std::strcmp(name, ControlDir::kDirName) == 0;
+}
+
+// ---- names and attributes ----
+
+void DoLookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_lookup);
+  if (IsControlDirLookup(parent, name)) {
+    return ReplyEntry(req, Entry{ControlDir::kDirNodeId, ctx.control->Attr(ControlDir::kDirNodeId)});
+  }
+  if (parent == ControlDir::kDirNodeId) {
+    auto id = ctx.control->Find(name);
+    if (!id) return ReplyError(req, Status::NotFound(name));
+    return ReplyEntry(req, Entry{*id, ctx.control->Attr(*id)});
+  }
+  auto entry = ctx.fs->Lookup(parent, name);
+  if (!entry.ok()) {
+    if (entry.status().code() == Code::kNotFound && ctx.timeouts.negative_s > 0) {
+      // A negative entry: the kernel remembers "no such name" for a while.
+      struct fuse_entry_param e {};
+      e.entry_timeout = ctx.timeouts.negative_s;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    return ReplyError(req, entry.status());
+  }
+  ReplyEntry(req, *entry);
+}
+
+void DoForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_forget);
+  if (!ControlDir::IsControl(ino)) ctx.fs->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void DoForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_forget);
+  for (size_t i = 0; i < count; i++) {
+    if (!ControlDir::IsControl(forgets[i].ino)) ctx.fs->Forget(forgets[i].ino, forgets[i].nlookup);
+  }
+  fuse_reply_none(req);
+}
+
+void DoGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_getattr);
+  if (ControlDir::IsControl(ino)) {
+    struct ::stat st = ctx.control->Attr(ino);
+    fuse_reply_attr(req, &st, 0);
+    return;
+  }
+  FileHandle* fh = (fi && !ControlDir::IsControl(ino)) ? HandleOf(fi) : nullptr;
+  auto st = ctx.fs->GetAttr(ino, fh);
+  if (!st.ok()) return ReplyError(req, st.status());
+  fuse_reply_attr(req, &*st, ctx.timeouts.attr_s);
+}
+
+void DoSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_setattr);
+  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  SourceFs::AttrChange what;
+  what.mode = to_set & FUSE_SET_ATTR_MODE;
+  what.uid = to_set & FUSE_SET_ATTR_UID;
+  what.gid = to_set & FUSE_SET_ATTR_GID;
+  what.size = to_set & FUSE_SET_ATTR_SIZE;
+  what.atime = to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW);
+  what.mtime = to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW);
+  what.atime_now = to_set & FUSE_SET_ATTR_ATIME_NOW;
+  what.mtime_now = to_set & FUSE_SET_ATTR_MTIME_NOW;
+  auto st = ctx.fs->SetAttr(ino, *attr, what, HandleOf(fi), CallerOf(req));
+  if (!st.ok()) return ReplyError(req, st.status());
+  fuse_reply_attr(req, &*st, ctx.timeouts.attr_s);
+}
+
+void DoReadlink(fuse_req_t req, fuse_ino_t ino) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_readlink);
+  auto target = ctx.fs->ReadLink(ino);
+  if (!target.ok()) return ReplyError(req, target.status());
+  fuse_reply_readlink(req, target->c_str());
+}
+
+Status RefuseInControl(fuse_ino_t parent) {
+  if (parent == ControlDir::kDirNodeId) return Status::FromErrno(EPERM, "control directory");
+  return Status::Ok();
+}
+
+void DoMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+             dev_t rdev) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_mknod);
+  if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
+  auto entry = ctx.fs->MakeNode(parent, name, mode, rdev, CallerOf(req));
+  if (!entry.ok()) return ReplyError(req, entry.status());
+  ReplyEntry(req, *entry);
+}
+
+void DoMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_mkdir);
+  if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
+  auto entry = ctx.fs->MakeDir(parent, name, mode, CallerOf(req));
+  if (!entry.ok()) return ReplyError(req, entry.status());
+  ReplyEntry(req, *entry);
+}
+
+void DoSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_symlink);
+  if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
+  auto entry = ctx.fs->SymLink(link, parent, name, CallerOf(req));
+  if (!entry.ok()) return ReplyError(req, entry.status());
+  ReplyEntry(req, *entry);
+}
+
+void DoLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_link);
+  if (ControlDir::IsControl(ino) || ControlDir::IsControl(new_parent)) {
+    return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  }
+  auto entry = ctx.fs->Link(ino, new_parent, new_name);
+  if (!entry.ok()) return ReplyError(req, entry.status());
+  ReplyEntry(req, *entry);
+}
+
+void DoUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_unlink);
+  if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
+  fuse_reply_err(req, ToErrno(ctx.fs->Unlink(parent, name)));
+}
+
+void DoRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_rmdir);
+  if (IsControlDirLookup(parent, name)) return ReplyError(req, Status::FromErrno(EPERM, name));
+  if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
+  fuse_reply_err(req, ToErrno(ctx.fs->RemoveDir(parent, name)));
+}
+
+void DoRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+              const char* new_name, unsigned int flags) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_rename);
+  if (IsControlDirLookup(parent, name) || IsControlDirLookup(new_parent, new_name) ||
+      ControlDir::IsControl(parent) || ControlDir::IsControl(new_parent)) {
+    return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  }
+  fuse_reply_err(req, ToErrno(ctx.fs->Rename(parent, name, new_parent, new_name, flags)));
+}
+
+// ---- files ----
+
+void ReplyOpen(fuse_req_t req, FuseContext& ctx, fuse_ino_t ino, OpenResult&& open,
+               struct fuse_file_info* fi) {
+  if (open.attributes_changed && ctx.session) {
+    // The kernel still holds the old size and times. Invalidating only the attributes
+    // (offset < 0) takes no inode lock in the kernel, so it is safe from inside open;
+    // the next read then fetches the new size before trusting its own.
+    fuse_lowlevel_notify_inval_inode(ctx.session, ino, -1, 0);
+  }
+  fi->keep_cache = open.keep_cache;
+  fi->fh = reinterpret_cast<uint64_t>(open.handle.get());
+  if (fuse_reply_open(req, fi) == 0) {
+    open.handle.release();  // owned by the kernel's file now; freed in release
+  }
+}
+
+void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_open);
+  if (ControlDir::IsControl(ino)) {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+      return ReplyError(req, Status::FromErrno(EACCES, "control files are read-only"));
+    }
+    auto content = ctx.control->Content(ino);
+    if (!content) return ReplyError(req, Status::FromErrno(EISDIR, "control directory"));
+    auto handle = std::make_unique<ControlHandle>(ControlHandle{std::move(*content)});
+    fi->direct_io = 1;  // the size in the attributes is 0; read what is there
+    fi->fh = reinterpret_cast<uint64_t>(handle.get());
+    if (fuse_reply_open(req, fi) == 0) handle.release();
+    return;
+  }
+  auto open = ctx.fs->Open(ino, fi->flags);
+  if (!open.ok()) return ReplyError(req, open.status());
+  ReplyOpen(req, ctx, ino, std::move(*open), fi);
+}
+
+void DoCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_create);
+  if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
+  auto created = ctx.fs->Create(parent, name, mode, fi->flags, CallerOf(req));
+  if (!created.ok()) return ReplyError(req, created.status());
+  auto& [entry, open] = *created;
+  struct fuse_entry_param e {};
+  e.ino = entry.nodeid;
+  e.generation = 1;
+  e.attr = entry.attr;
+  e.attr_timeout = ctx.timeouts.attr_s;
+  e.entry_timeout = ctx.timeouts.entry_s;
+  fi->fh = reinterpret_cast<uint64_t>(open.handle.get());
+  if (fuse_reply_create(req, &e, fi) == 0) {
+    open.handle.release();
+  } else {
+    ctx.fs->Forget(entry.nodeid, 1);  // the kernel never got the entry
+  }
+}
+
+void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+            struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_read);
+  if (ControlDir::IsControl(ino)) {
+    const std::string& content = reinterpret_cast<ControlHandle*>(fi->fh)->content;
+    const size_t start = std::min(content.size(), static_cast<size_t>(off));
+    const size_t n = std::min(size, content.size() - start);
+    fuse_reply_buf(req, content.data() + start, n);
+    return;
+  }
+  auto data = ctx.fs->Read(*HandleOf(fi), static_cast<uint64_t>(off), size);
+  if (!data.ok()) return ReplyError(req, data.status());
+  // `data` keeps the bytes alive until the reply has copied them to the kernel.
+  fuse_reply_buf(req, data->data, data->size);
+}
+
+void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+             struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_write);
+  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EBADF, "control"));
+  auto written = ctx.fs->Write(*HandleOf(fi), buf, size, static_cast<uint64_t>(off));
+  if (!written.ok()) return ReplyError(req, written.status());
+  fuse_reply_write(req, *written);
+}
+
+void DoRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
+  Counted(req, RequestKind::k_release);
+  if (ControlDir::IsControl(ino)) {
+    delete reinterpret_cast<ControlHandle*>(fi->fh);
+  } else {
+    delete HandleOf(fi);
+  }
+  fuse_reply_err(req, 0);
+}
+
+void DoFsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_fsync);
+  if (ControlDir::IsControl(ino)) {
+    fuse_reply_err(req, 0);
+    return;
+  }
+  fuse_reply_err(req, ToErrno(ctx.fs->Fsync(*HandleOf(fi), datasync != 0)));
+}
+
+// ---- directories ----
+
+void DoOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_opendir);
+  if (ino == ControlDir::kDirNodeId) {
+    fi->fh = 0;  // listed from the ControlDir itself
+    fuse_reply_open(req, fi);
+    return;
+  }
+  auto dh = ctx.fs->OpenDir(ino);
+  if (!dh.ok()) return ReplyError(req, dh.status());
+  fi->fh = reinterpret_cast<uint64_t>(dh->get());
+  fi->cache_readdir = 0;  // a listing must show changes in the source
+  if (fuse_reply_open(req, fi) == 0) dh->release();
+}
+
+void ReadControlDir(fuse_req_t req, FuseContext& ctx, size_t size, off_t off, bool plus) {
+  std::vector<char> buf(size);
+  size_t used = 0;
+  const auto& files = ctx.control->files();
+  for (size_t i = static_cast<size_t>(off); i < files.size(); i++) {
+    struct ::stat st = ctx.control->Attr(files[i].nodeid);
+    const off_t next = static_cast<off_t>(i + 1);
+    size_t need;
+    if (plus) {
+      struct fuse_entry_param e {};
+      e.ino = files[i].nodeid;
+      e.attr = st;
+      need = fuse_add_direntry_plus(req, buf.data() + used, size - used, files[i].name.c_str(),
+                                    &e, next);
+    } else {
+      need = fuse_add_direntry(req, buf.data() + used, size - used, files[i].name.c_str(), &st,
+                               next);
+    }
+    if (need > size - used) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info* fi, bool plus) {
+  FuseContext& ctx = Ctx(req);
+  if (ino == ControlDir::kDirNodeId) return ReadControlDir(req, ctx, size, off, plus);
+  auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  auto emit = [&](const std::string& name, const Entry& entry, off_t next) {
+    size_t need;
+    if (plus) {
+      struct fuse_entry_param e {};
+      e.ino = entry.nodeid;
+      e.generation = 1;
+      e.attr = entry.attr;
+      e.attr_timeout = ctx.timeouts.attr_s;
+      e.entry_timeout = ctx.timeouts.entry_s;
+      need = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e, next);
+    } else {
+      need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &entry.attr,
+                               next);
+    }
+    if (need > size - used) return false;
+    used += need;
+    return true;
+  };
+  Status st = ctx.fs->ReadDir(*dh, off, plus, emit);
+  if (!st.ok() && used == 0) return ReplyError(req, st);
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+               struct fuse_file_info* fi) noexcept {
+  Counted(req, RequestKind::k_readdir);
+  ReadDirCommon(req, ino, size, off, fi, false);
+}
+
+void DoReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info* fi) noexcept {
+  Counted(req, RequestKind::k_readdirplus);
+  ReadDirCommon(req, ino, size, off, fi, true);
+}
+
+void DoReleasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
+  Counted(req, RequestKind::k_releasedir);
+  delete reinterpret_cast<DirHandle*>(fi->fh);  // 0 for the control directory
+  fuse_reply_err(req, 0);
+}
+
+void DoFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info* fi) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_fsyncdir);
+  if (fi->fh == 0) {  // the control directory
+    fuse_reply_err(req, 0);
+    return;
+  }
+  fuse_reply_err(req, ToErrno(ctx.fs->FsyncDir(*reinterpret_cast<DirHandle*>(fi->fh),
+                                               datasync != 0)));
+}
+
+void DoStatfs(fuse_req_t req, fuse_ino_t ino) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_statfs);
+  auto sv = ctx.fs->StatFs();
+  if (!sv.ok()) return ReplyError(req, sv.status());
+  fuse_reply_statfs(req, &*sv);
+}
+
+// ---- xattrs ----
+
+void ReplyXattr(fuse_req_t req, size_t size, const Result<std::string>& value) {
+  if (!value.ok()) return ReplyError(req, value.status());
+  if (size == 0) {
+    fuse_reply_xattr(req, value->size());
+  } else {
+    fuse_reply_buf(req, value->data(), value->size());
+  }
+}
+
+void DoSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_setxattr);
+  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  fuse_reply_err(req, ToErrno(ctx.fs->SetXattr(ino, name, std::string(value, size), flags)));
+}
+
+void DoGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_getxattr);
+  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(ENODATA, "control"));
+  ReplyXattr(req, size, ctx.fs->GetXattr(ino, name, size));
+}
+
+void DoListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_listxattr);
+  if (ControlDir::IsControl(ino)) {
+    return size == 0 ? (void)fuse_reply_xattr(req, 0) : (void)fuse_reply_buf(req, nullptr, 0);
+  }
+  ReplyXattr(req, size, ctx.fs->ListXattr(ino, size));
+}
+
+void DoRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) noexcept {
+  FuseContext& ctx = Counted(req, RequestKind::k_removexattr);
+  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  fuse_reply_err(req, ToErrno(ctx.fs->RemoveXattr(ino, name)));
+}
+
+void DoInit(void* userdata, struct fuse_conn_info* conn) noexcept {
+  // Readdirplus only where the kernel thinks it pays (a scan that stats what it lists).
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  // When fresh attributes show a new mtime or size, drop the file's cached pages.
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+  // Writes go straight through to the source; no writeback cache to get wrong.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // The kernel keeps POSIX and flock locks locally, which is what a single node needs.
+  conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+}
+
+}  // namespace
+
+const char* RequestKindName(RequestKind kind) {
+  static constexpr const char* kNames[] = {
+#define EPOCHFS_NAME(name) #name,
+      EPOCHFS_REQUEST_KINDS(EPOCHFS_NAME)
+#undef EPOCHFS_NAME
+  };
+  return kNames[static_cast<size_t>(kind)];
+}
+
+int ToErrno(const Status& status) {
+  if (status.ok()) return 0;
+  if (status.err() > 0) return status.err();
+  switch (status.code()) {
+    case Code::kNotFound: return ENOENT;
+    case Code::kNoSpace: return ENOSPC;
+    case Code::kInvalidArgument: return EINVAL;
+    case Code::kBusy: return EAGAIN;
+    case Code::kStale: return ESTALE;
+    case Code::kPermission: return EACCES;
+    case Code::kUnsupported: return ENOSYS;
+    default: return EIO;
+  }
+}
+
+const struct fuse_lowlevel_ops& FuseOperations() {
+  static const struct fuse_lowlevel_ops ops = [] {
+    struct fuse_lowlevel_ops o {};
+    o.init = DoInit;
+    o.lookup = DoLookup;
+    o.forget = DoForget;
+    o.forget_multi = DoForgetMulti;
+    o.getattr = DoGetattr;
+    o.setattr = DoSetattr;
+    o.readlink = DoReadlink;
+    o.mknod = DoMknod;
+    o.mkdir = DoMkdir;
+    o.unlink = DoUnlink;
+    o.rmdir = DoRmdir;
+    o.symlink = DoSymlink;
+    o.rename = DoRename;
+    o.link = DoLink;
+    o.open = DoOpen;
+    o.read = DoRead;
+    o.write = DoWrite;
+    // No flush: libfuse answers ENOSYS once and the kernel stops sending it, so close()
+    // costs no round trip. Writes are already in the source when write() returns.
+    o.release = DoRelease;
+    o.fsync = DoFsync;
+    o.opendir = DoOpendir;
+    o.readdir = DoReaddir;
+    o.readdirplus = DoReaddirplus;
+    o.releasedir = DoReleasedir;
+    o.fsyncdir = DoFsyncdir;
+    o.statfs = DoStatfs;
+    o.setxattr = DoSetxattr;
+    o.getxattr = DoGetxattr;
+    o.listxattr = DoListxattr;
+    o.removexattr = DoRemovexattr;
+    o.create = DoCreate;
+    return o;
+  }();
+  return ops;
+}
+
+}  // namespace epochfs::fs

@@ -1,0 +1,108 @@
+#include "fs/inode_table.h"
+
+#include <sys/stat.h>
+
+namespace epochfs::fs {
+
+InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat) {
+  root_ = std::make_shared<Inode>();
+  root_->nodeid = kRootNodeId;
+  root_->dev = root_stat.st_dev;
+  root_->ino = root_stat.st_ino;
+  root_->is_dir = true;
+  root_->dir_fd = std::move(root_fd);
+  root_->nlookup = 1;  // the kernel never forgets the root
+  by_nodeid_[kRootNodeId] = root_;
+  by_devino_[{root_->dev, root_->ino}] = kRootNodeId;
+}
+
+std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
+  std::lock_guard lock(mutex_);
+  auto it = by_nodeid_.find(nodeid);
+  return it == by_nodeid_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent,
+                                            const std::string& name, const struct ::stat& st,
+                                            UniqueFd dir_fd) {
+  std::lock_guard lock(mutex_);
+  const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  if (auto it = by_devino_.find(key); it != by_devino_.end()) {
+    std::shared_ptr<Inode>& inode = by_nodeid_.at(it->second);
+    // A directory found again under the same (dev, ino) but with the type changed cannot
+    // happen without the inode being freed first, which the kernel would have noticed.
+    inode->nlookup++;
+    if (inode.get() != root_.get()) {
+      inode->parent = parent;
+      inode->name = name;
+    }
+    return inode;
+  }
+  auto inode = std::make_shared<Inode>();
+  inode->nodeid = next_nodeid_++;
+  inode->dev = key.dev;
+  inode->ino = key.ino;
+  inode->is_dir = S_ISDIR(st.st_mode);
+  inode->dir_fd = std::move(dir_fd);
+  inode->parent = parent;
+  inode->name = name;
+  inode->nlookup = 1;
+  by_nodeid_[inode->nodeid] = inode;
+  by_devino_[key] = inode->nodeid;
+  return inode;
+}
+
+void InodeTable::Forget(uint64_t nodeid, uint64_t n) {
+  std::lock_guard lock(mutex_);
+  if (nodeid == kRootNodeId) return;
+  auto it = by_nodeid_.find(nodeid);
+  if (it == by_nodeid_.end()) return;
+  Inode& inode = *it->second;
+  inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - n;
+  if (inode.nlookup > 0) return;
+  auto dev_it = by_devino_.find({inode.dev, inode.ino});
+  if (dev_it != by_devino_.end() && dev_it->second == nodeid) by_devino_.erase(dev_it);
+  // Open file handles and children may still hold the Inode; it dies with the last one.
+  by_nodeid_.erase(it);
+}
+
+std::shared_ptr<Inode> InodeTable::FindBySource(uint64_t dev, uint64_t ino) const {
+  std::lock_guard lock(mutex_);
+  auto it = by_devino_.find({dev, ino});
+  return it == by_devino_.end() ? nullptr : by_nodeid_.at(it->second);
+}
+
+Location InodeTable::LocationOf(const Inode& inode) const {
+  std::lock_guard lock(mutex_);
+  return Location{inode.parent, inode.name};
+}
+
+void InodeTable::Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr<Inode>& new_parent,
+                      const std::string& new_name) {
+  std::lock_guard lock(mutex_);
+  inode->parent = new_parent;
+  inode->name = new_name;
+}
+
+InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
+                                                     const cache::SourceIdentity& id) {
+  std::lock_guard lock(mutex_);
+  CacheMatch match = CacheMatch::kUnknown;
+  if (inode.kernel_cache_id) {
+    match = *inode.kernel_cache_id == id ? CacheMatch::kSame : CacheMatch::kChanged;
+  }
+  inode.kernel_cache_id = id;
+  return match;
+}
+
+void InodeTable::ClearKernelCacheId(Inode& inode) {
+  std::lock_guard lock(mutex_);
+  inode.kernel_cache_id.reset();
+}
+
+size_t InodeTable::size() const {
+  std::lock_guard lock(mutex_);
+  return by_nodeid_.size();
+}
+
+}  // namespace epochfs::fs

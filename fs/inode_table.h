@@ -1,0 +1,107 @@
+// InodeTable: the one owner of FUSE node ids and their lookup counts.
+//
+// A FUSE node id names one source object (dev, ino) for as long as the kernel holds a
+// lookup reference on it. Node ids come from a counter and are never reused or derived
+// from pointers. Directories keep an O_PATH fd of the source directory: every source
+// access goes through `*at()` calls relative to such an fd, which is what lets
+// epochfs be mounted over the source folder itself. Other objects (files, symlinks,
+// fifos) keep no fd; they are reached by (parent directory, name), re-checked against
+// (dev, ino) whenever they are used, so a file renamed over or deleted in the source
+// is noticed instead of served stale. A child holds a shared_ptr to its parent, so the
+// parent's fd stays open while any child needs it.
+//
+// Thread-safety: all methods are thread-safe. `mutex_` guards the maps and every
+// Inode's mutable fields (parent, name, nlookup, kernel_cache_id); Inode::dir_fd and
+// the (dev, ino) key are immutable after creation and read without the lock.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "cache/cache.h"
+#include "cache/unique_fd.h"
+
+namespace epochfs::fs {
+
+inline constexpr uint64_t kRootNodeId = 1;  // FUSE_ROOT_ID
+
+struct Inode {
+  uint64_t nodeid = 0;
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  bool is_dir = false;
+  UniqueFd dir_fd;  // O_PATH fd of the source directory; invalid for non-directories
+
+  // Guarded by InodeTable::mutex_.
+  std::shared_ptr<Inode> parent;  // null for the root
+  std::string name;               // the last name it was looked up or renamed by
+  uint64_t nlookup = 0;
+  // Identity of the source file when the kernel last filled its page cache for this
+  // node (set at open). An open that sees the same identity keeps the kernel's cache.
+  std::optional<cache::SourceIdentity> kernel_cache_id;
+};
+
+// Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
+struct Location {
+  std::shared_ptr<Inode> parent;
+  std::string name;
+  int dir_fd() const { return parent->dir_fd.get(); }
+};
+
+class InodeTable {
+ public:
+  // The root is (dev, ino) of `root_fd`, an O_PATH fd of the source directory.
+  InodeTable(UniqueFd root_fd, const struct ::stat& root_stat);
+
+  std::shared_ptr<Inode> Find(uint64_t nodeid) const;
+  // The node of source object (dev, ino), if the kernel knows it.
+  std::shared_ptr<Inode> FindBySource(uint64_t dev, uint64_t ino) const;
+  std::shared_ptr<Inode> root() const { return root_; }
+
+  // Records a lookup reference on the object `st` found as `name` in `parent`, creating
+  // its node on first sight. `dir_fd` is the object's O_PATH fd when it is a directory
+  // (taken only if the node is new). Updates the node's location.
+  std::shared_ptr<Inode> Remember(const std::shared_ptr<Inode>& parent, const std::string& name,
+                                  const struct ::stat& st, UniqueFd dir_fd);
+
+  // Drops `n` lookup references; the node goes away at zero (the root never does).
+  void Forget(uint64_t nodeid, uint64_t n);
+
+  // The current location of a non-root node.
+  Location LocationOf(const Inode& inode) const;
+
+  // After a rename in the source: the node now lives at (new_parent, new_name).
+  void Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr<Inode>& new_parent,
+            const std::string& new_name);
+
+  // Compares `id` with the identity the kernel's cached pages of `inode` were read
+  // with, and records `id` as the new one.
+  enum class CacheMatch { kSame, kChanged, kUnknown };
+  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id);
+  void ClearKernelCacheId(Inode& inode);
+
+  size_t size() const;
+
+ private:
+  struct DevIno {
+    uint64_t dev, ino;
+    bool operator==(const DevIno&) const = default;
+  };
+  struct DevInoHash {
+    size_t operator()(const DevIno& k) const { return k.ino * 0x9E3779B97F4A7C15ull ^ k.dev; }
+  };
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<Inode> root_;
+  uint64_t next_nodeid_ = 16;  // ids below 16 are reserved for control nodes
+  std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_;  // GUARDED_BY(mutex_)
+  std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_;      // GUARDED_BY(mutex_)
+};
+
+}  // namespace epochfs::fs

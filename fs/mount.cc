@@ -1,0 +1,239 @@
+#include "fs/mount.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/cache.h"
+#include "cache/unique_fd.h"
+#include "fmt/format.h"
+#include "fs/control.h"
+#include "fs/fuse_ops.h"
+#include "fs/source_fs.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+#ifndef EPOCHFS_VERSION
+#define EPOCHFS_VERSION "dev"
+#endif
+
+namespace epochfs::fs {
+namespace {
+
+// VmRSS and VmHWM of this process, in bytes.
+std::pair<uint64_t, uint64_t> ResidentSetBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  uint64_t rss = 0, peak = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stoull(line.substr(6)) * 1024;
+    if (line.rfind("VmHWM:", 0) == 0) peak = std::stoull(line.substr(6)) * 1024;
+  }
+  return {rss, peak};
+}
+
+std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                      std::chrono::steady_clock::time_point started) {
+  const cache::CacheStats s = fs.cache().Stats();
+  nlohmann::json j;
+  j["version"] = EPOCHFS_VERSION;
+  j["pid"] = ::getpid();
+  j["source"] = options.source.string();
+  j["mountpoint"] = options.mountpoint.string();
+  j["cache_dir"] = options.cache_dir.string();
+  j["read_only"] = options.read_only;
+  j["uptime_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  nlohmann::json requests = nlohmann::json::object();
+  for (size_t k = 0; k < static_cast<size_t>(RequestKind::kCount); k++) {
+    const auto kind = static_cast<RequestKind>(k);
+    requests[RequestKindName(kind)] = ctx.counters.count(kind);
+  }
+  j["requests"] = requests;
+  j["request_errors"] = ctx.counters.errors();
+  j["ram_hits"] = s.ram_hits;
+  j["ram_hit_bytes"] = s.ram_hit_bytes;
+  j["ssd_hits"] = s.ssd_hits;
+  j["ssd_hit_bytes"] = s.ssd_hit_bytes;
+  j["misses"] = s.misses;
+  j["miss_bytes"] = s.miss_bytes;
+  j["source_reads"] = s.source_reads;
+  j["source_bytes"] = s.source_bytes;
+  j["ram_bytes"] = s.ram_bytes;
+  j["ram_entries"] = s.ram_entries;
+  j["ram_budget_bytes"] = options.ram_budget;
+  j["ram_evictions"] = s.ram_evictions;
+  j["ssd_bytes"] = s.ssd_bytes;
+  j["ssd_entries"] = s.ssd_entries;
+  j["ssd_budget_bytes"] = options.disk_budget;
+  j["ssd_evictions"] = s.ssd_evictions;
+  j["ssd_writes"] = s.ssd_writes;
+  j["ssd_write_bytes"] = s.ssd_write_bytes;
+  j["ssd_writes_dropped"] = s.ssd_writes_dropped;
+  j["packs"] = s.packs;
+  j["packs_reclaimed"] = s.packs_reclaimed;
+  j["stale_entries"] = s.stale_entries;
+  j["corrupt_entries"] = s.corrupt_entries;
+  j["not_admitted"] = s.not_admitted;
+  j["compressed_entries"] = s.compressed_entries;
+  j["io_uring"] = s.io_uring;
+  j["ssd_degraded"] = s.ssd_degraded;
+  j["ssd_degraded_reason"] = s.ssd_degraded_reason;
+  j["inodes"] = fs.inode_count();
+  const auto [rss, peak] = ResidentSetBytes();
+  j["daemon_rss_bytes"] = rss;
+  j["daemon_peak_rss_bytes"] = peak;
+  return j.dump(2) + "\n";
+}
+
+// One daemon per cache dir: two writers would interleave their packs.
+Result<UniqueFd> LockCacheDir(const std::filesystem::path& dir) {
+  const auto path = dir / "lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd) return Status::FromErrno(errno, fmt::format("cannot open {}", path.string()));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK) {
+      char pid[32] = {};
+      ssize_t n = ::pread(fd.get(), pid, sizeof(pid) - 1, 0);
+      return Status::Busy(fmt::format("cache dir {} is in use by another epochfs daemon{}",
+                                      dir.string(), n > 0 ? fmt::format(" (pid {})", pid) : ""));
+    }
+    return Status::FromErrno(errno, fmt::format("cannot lock {}", path.string()));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd.get(), 0) == 0) {
+    ssize_t ignored = ::pwrite(fd.get(), pid.data(), pid.size(), 0);
+    (void)ignored;  // the pid is a courtesy for the error message above
+  }
+  return fd;
+}
+
+uint64_t DefaultDiskBudget(const std::filesystem::path& dir) {
+  struct ::statvfs sv {};
+  if (::statvfs(dir.c_str(), &sv) < 0) return 1ull << 30;
+  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize / 2;
+}
+
+// A FUSE daemon holds a directory fd per known directory and a file fd per open file.
+void RaiseFdLimit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+struct SessionDeleter {
+  void operator()(struct fuse_session* se) const { fuse_session_destroy(se); }
+};
+using SessionPtr = std::unique_ptr<struct fuse_session, SessionDeleter>;
+
+}  // namespace
+
+int RunMount(const MountOptions& opts, const std::function<void(const Status&)>& ready) {
+  const auto started = std::chrono::steady_clock::now();
+  MountOptions options = opts;
+  auto fail = [&](const Status& st) {
+    spdlog::error("mount failed: {}", st.ToString());
+    ready(st);
+    return 2;
+  };
+
+  // Taken before mounting: once mounted over itself, the source is only reachable
+  // through this fd.
+  UniqueFd root_fd(::open(options.source.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd) return fail(Status::FromErrno(errno, "open source " + options.source.string()));
+  struct ::stat root_stat {};
+  if (::fstat(root_fd.get(), &root_stat) < 0) return fail(Status::FromErrno(errno, "stat source"));
+
+  auto lock = LockCacheDir(options.cache_dir);
+  if (!lock.ok()) return fail(lock.status());
+  if (!options.disk_budget_set) options.disk_budget = DefaultDiskBudget(options.cache_dir);
+  RaiseFdLimit();
+
+  cache::CacheOptions cache_options;
+  cache_options.cache_dir = options.cache_dir;
+  cache_options.ram_budget = options.ram_budget;
+  cache_options.disk_budget = options.disk_budget;
+  cache_options.chunk_size = options.chunk_size;
+  cache_options.use_io_uring = options.use_io_uring;
+  auto cache = cache::Cache::Open(cache_options);
+  if (!cache.ok()) return fail(cache.status());
+
+  SourceFsOptions fs_options;
+  fs_options.read_only = options.read_only;
+  fs_options.hidden_root_name = ControlDir::kDirName;
+  auto fs = SourceFs::Create(std::move(root_fd), fs_options, std::move(*cache));
+  if (!fs.ok()) return fail(fs.status());
+
+  FuseContext ctx;
+  ctx.fs = fs->get();
+  ctx.timeouts = options.timeouts;
+  ControlDir control(
+      {ControlDir::File{"stats", 3,
+                        [&] { return StatsJson(options, ctx, **fs, started); }}},
+      root_stat.st_uid, root_stat.st_gid);
+  ctx.control = &control;
+
+  // libfuse splits -o at commas; a comma or backslash in the path is escaped.
+  std::string fsname;
+  for (char c : options.source.string()) {
+    if (c == ',' || c == '\\') fsname.push_back('\\');
+    fsname.push_back(c);
+  }
+  std::string mount_opts =
+      fmt::format("fsname=epochfs:{},subtype=epochfs,default_permissions", fsname);
+  if (options.allow_other) mount_opts += ",allow_other";
+  if (options.read_only) mount_opts += ",ro";
+  std::vector<std::string> argv_strings = {"epochfs", "-o", mount_opts};
+  if (spdlog::get_level() <= spdlog::level::trace) argv_strings.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  const auto& ops = FuseOperations();
+  SessionPtr session(fuse_session_new(&args, &ops, sizeof(ops), &ctx));
+  fuse_opt_free_args(&args);
+  if (!session) return fail(Status::InvalidArgument("libfuse refused the mount options"));
+  ctx.session = session.get();
+  if (fuse_set_signal_handlers(session.get()) != 0) {
+    return fail(Status::IoError("cannot install signal handlers"));
+  }
+  if (fuse_session_mount(session.get(), options.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(session.get());
+    return fail(Status::IoError(fmt::format(
+        "cannot mount on {} (is /dev/fuse there, and are you root or in the fuse group?)",
+        options.mountpoint.string())));
+  }
+  spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),
+               options.mountpoint.string(), options.cache_dir.string(),
+               options.ram_budget >> 20, options.disk_budget >> 20);
+  ready(Status::Ok());
+
+  struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
+  fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
+  const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
+  fuse_loop_cfg_destroy(loop_config);
+
+  fuse_session_unmount(session.get());
+  fuse_remove_signal_handlers(session.get());
+  session.reset();
+  Status flushed = (*fs)->cache().Flush();
+  if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
+  spdlog::info("unmounted {}", options.mountpoint.string());
+  spdlog::default_logger()->flush();
+  return loop_rc == 0 ? 0 : 1;
+}
+
+}  // namespace epochfs::fs

@@ -1,0 +1,52 @@
+// MountOptions and the checks that can be made before anything is created or mounted.
+//
+// Every check returns a one-line Status naming the problem, so `epochfs mount` can
+// refuse bad input with exit code 2 and leave nothing behind.
+//
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "cache/status.h"
+#include "fs/fuse_ops.h"
+
+namespace epochfs::fs {
+
+struct MountOptions {
+  std::filesystem::path source;
+  std::filesystem::path mountpoint;  // defaults to source: mount over itself
+  std::filesystem::path cache_dir;   // empty: DefaultCacheDir(source)
+  std::filesystem::path log_file;    // empty: stderr in the foreground, cache_dir/epochfs.log otherwise
+  uint64_t ram_budget = 1ull << 30;
+  uint64_t disk_budget = 0;          // 0: half of the cache filesystem's free space at mount
+  bool disk_budget_set = false;
+  uint32_t chunk_size = 1u << 20;
+  bool foreground = false;
+  bool read_only = false;
+  bool allow_other = false;
+  bool use_io_uring = true;
+  std::string log_level = "info";
+  FuseTimeouts timeouts;
+  unsigned max_threads = 16;
+};
+
+// "8G", "512M", "1.5G", "4096", "64k": bytes. Powers of 1024. Anything else is an error.
+Result<uint64_t> ParseSize(const std::string& text);
+
+// /var/cache/epochfs/<source path with '/' as '-'>-<8 hex digits of its hash>: one
+// cache per source, stable across reboots, readable by a person.
+std::filesystem::path DefaultCacheDir(const std::filesystem::path& source);
+
+// Fills the defaults (mountpoint, cache dir) and makes paths absolute and canonical.
+// Checks: the source exists and is a directory; the mountpoint is a directory and not
+// already an epochfs mount; the cache dir is not inside the source or mountpoint.
+Status ResolveAndValidate(MountOptions& options);
+
+// Creates the cache dir if needed and checks it is writable. Sets `created` when this
+// call made it (so a failed mount can take it away again).
+Status PrepareCacheDir(const std::filesystem::path& dir, bool* created);
+
+}  // namespace epochfs::fs

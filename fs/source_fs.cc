@@ -1,0 +1,543 @@
+#include "fs/source_fs.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "fmt/format.h"
+
+namespace epochfs::fs {
+namespace {
+
+Status Errno(const std::string& what) { return Status::FromErrno(errno, what); }
+
+Status ErrnoValue(int err, const std::string& what) { return Status::FromErrno(err, what); }
+
+// Opens `name` (one path component) beneath `dir_fd`. openat2's RESOLVE_BENEATH refuses
+// `..`, absolute names and magic links outright; where the kernel lacks openat2 the
+// single-component name plus O_NOFOLLOW gives the same guarantee.
+Result<UniqueFd> OpenBeneath(int dir_fd, const std::string& name, int flags, mode_t mode = 0) {
+  static std::atomic<bool> have_openat2{true};
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    return Status::InvalidArgument(fmt::format("'{}': not a single path component", name));
+  }
+  flags |= O_CLOEXEC | O_NOFOLLOW;
+  if (have_openat2.load(std::memory_order_relaxed)) {
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags);
+    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
+    long fd = ::syscall(SYS_openat2, dir_fd, name.c_str(), &how, sizeof(how));
+    if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+    if (errno != ENOSYS) return Errno(fmt::format("open '{}'", name));
+    have_openat2.store(false, std::memory_order_relaxed);
+  }
+  int fd = ::openat(dir_fd, name.c_str(), flags, mode);
+  if (fd < 0) return Errno(fmt::format("open '{}'", name));
+  return UniqueFd(fd);
+}
+
+Result<struct ::stat> StatAt(int dir_fd, const std::string& name) {
+  struct ::stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    return Errno(fmt::format("stat '{}'", name));
+  }
+  return st;
+}
+
+Result<struct ::stat> StatFd(int fd) {
+  struct ::stat st {};
+  if (::fstat(fd, &st) < 0) return Errno("fstat");
+  return st;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SourceFs>> SourceFs::Create(UniqueFd root_fd, SourceFsOptions options,
+                                                   std::unique_ptr<cache::Cache> cache) {
+  auto st = StatFd(root_fd.get());
+  if (!st.ok()) return st.status();
+  if (!S_ISDIR(st->st_mode)) return Status::InvalidArgument("source is not a directory");
+  return std::unique_ptr<SourceFs>(
+      new SourceFs(std::move(root_fd), *st, std::move(options), std::move(cache)));
+}
+
+SourceFs::SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
+                   std::unique_ptr<cache::Cache> cache)
+    : options_(std::move(options)),
+      inodes_(std::move(root_fd), root_stat),
+      cache_(std::move(cache)),
+      running_as_root_(::geteuid() == 0) {}
+
+Result<std::shared_ptr<Inode>> SourceFs::FindInode(uint64_t nodeid) const {
+  auto inode = inodes_.Find(nodeid);
+  if (!inode) return Status::Stale(fmt::format("node {} is not known", nodeid));
+  return inode;
+}
+
+Result<std::shared_ptr<Inode>> SourceFs::FindDir(uint64_t nodeid) const {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode;
+  if (!(*inode)->is_dir) return ErrnoValue(ENOTDIR, fmt::format("node {}", nodeid));
+  return inode;
+}
+
+Result<Location> SourceFs::Resolve(const Inode& inode, struct ::stat* st_out) const {
+  Location loc = inodes_.LocationOf(inode);
+  if (!loc.parent) return Status::Stale("node has no parent");
+  auto st = StatAt(loc.dir_fd(), loc.name);
+  if (!st.ok()) {
+    // Deleted in the source: ESTALE makes the kernel look the name up again.
+    if (st.status().code() == Code::kNotFound) return Status::Stale(st.status().message());
+    return st.status();
+  }
+  if (static_cast<uint64_t>(st->st_ino) != inode.ino ||
+      static_cast<uint64_t>(st->st_dev) != inode.dev) {
+    return Status::Stale(fmt::format("'{}' now names another file", loc.name));
+  }
+  if (st_out) *st_out = *st;
+  return loc;
+}
+
+Status SourceFs::RefuseIfReadOnly(const char* what) const {
+  if (!options_.read_only) return Status::Ok();
+  return Status::FromErrno(EROFS, fmt::format("{}: mounted read-only", what));
+}
+
+Status SourceFs::GiveToCaller(int dir_fd, const std::string& name, Caller caller) const {
+  if (!running_as_root_) return Status::Ok();
+  if (::fchownat(dir_fd, name.c_str(), caller.uid, caller.gid, AT_SYMLINK_NOFOLLOW) < 0) {
+    return Errno(fmt::format("chown '{}'", name));
+  }
+  return Status::Ok();
+}
+
+Result<std::string> SourceFs::ProcPath(const Inode& inode) const {
+  if (inode.is_dir) return fmt::format("/proc/self/fd/{}", inode.dir_fd.get());
+  auto loc = Resolve(inode);
+  if (!loc.ok()) return loc.status();
+  return fmt::format("/proc/self/fd/{}/{}", loc->dir_fd(), loc->name);
+}
+
+// ---- names ----
+
+Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name) {
+  // O_PATH opens no data and follows no symlink: it pins the object so that the stat
+  // and the node we create are of the same thing.
+  auto fd = OpenBeneath(parent->dir_fd.get(), name, O_PATH);
+  if (!fd.ok()) return fd.status();
+  auto st = StatFd(fd->get());
+  if (!st.ok()) return st.status();
+  UniqueFd dir_fd = S_ISDIR(st->st_mode) ? std::move(*fd) : UniqueFd();
+  auto inode = inodes_.Remember(parent, name, *st, std::move(dir_fd));
+  return Entry{inode->nodeid, *st};
+}
+
+Result<Entry> SourceFs::Lookup(uint64_t parent, const std::string& name) {
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  return LookupIn(*dir, name);
+}
+
+void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) { inodes_.Forget(nodeid, nlookup); }
+
+Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
+  if (fh) return StatFd(fh->fd());
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  if ((*inode)->is_dir) return StatFd((*inode)->dir_fd.get());
+  struct ::stat st {};
+  auto loc = Resolve(**inode, &st);
+  if (!loc.ok()) return loc.status();
+  return st;
+}
+
+Result<struct ::stat> SourceFs::SetAttr(uint64_t nodeid, const struct ::stat& attr,
+                                        AttrChange what, FileHandle* fh, Caller caller) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("setattr"));
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto path = ProcPath(**inode);
+  if (!path.ok()) return path.status();
+  const char* p = path->c_str();
+  // chmod() and truncate() follow symlinks, and a symlink's target may lie outside the
+  // source: refuse them on symlinks (Linux has no symlink modes anyway).
+  struct ::stat current {};
+  if (::lstat(p, &current) < 0) return Errno("setattr");
+  if (S_ISLNK(current.st_mode) && (what.mode || what.size)) {
+    return ErrnoValue(EOPNOTSUPP, "chmod/truncate of a symlink");
+  }
+
+  if (what.mode && ::chmod(p, attr.st_mode & 07777) < 0) return Errno("chmod");
+  if (what.uid || what.gid) {
+    uid_t uid = what.uid ? attr.st_uid : static_cast<uid_t>(-1);
+    gid_t gid = what.gid ? attr.st_gid : static_cast<gid_t>(-1);
+    if (::lchown(p, uid, gid) < 0) return Errno("chown");
+  }
+  if (what.size) {
+    int rc = fh ? ::ftruncate(fh->fd(), attr.st_size) : ::truncate(p, attr.st_size);
+    if (rc < 0) return Errno("truncate");
+    cache_->Invalidate((*inode)->dev, (*inode)->ino);
+  }
+  if (what.atime || what.mtime) {
+    struct timespec ts[2];
+    ts[0].tv_sec = 0;
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1] = ts[0];
+    if (what.atime) ts[0] = what.atime_now ? timespec{0, UTIME_NOW} : attr.st_atim;
+    if (what.mtime) ts[1] = what.mtime_now ? timespec{0, UTIME_NOW} : attr.st_mtim;
+    if (::utimensat(AT_FDCWD, p, ts, AT_SYMLINK_NOFOLLOW) < 0) return Errno("utimens");
+  }
+  if (fh) {
+    auto st = StatFd(fh->fd());
+    if (st.ok()) fh->set_identity(cache::SourceIdentity::FromStat(*st));
+    return st;
+  }
+  return GetAttr(nodeid, nullptr);
+}
+
+Result<std::string> SourceFs::ReadLink(uint64_t nodeid) {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto loc = Resolve(**inode);
+  if (!loc.ok()) return loc.status();
+  std::string target(PATH_MAX, '\0');
+  ssize_t n = ::readlinkat(loc->dir_fd(), loc->name.c_str(), target.data(), target.size());
+  if (n < 0) return Errno(fmt::format("readlink '{}'", loc->name));
+  target.resize(static_cast<size_t>(n));
+  return target;
+}
+
+Result<Entry> SourceFs::MakeNode(uint64_t parent, const std::string& name, mode_t mode,
+                                 dev_t rdev, Caller caller) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("mknod"));
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  if (::mknodat((*dir)->dir_fd.get(), name.c_str(), mode, rdev) < 0) {
+    return Errno(fmt::format("mknod '{}'", name));
+  }
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  return LookupIn(*dir, name);
+}
+
+Result<Entry> SourceFs::MakeDir(uint64_t parent, const std::string& name, mode_t mode,
+                                Caller caller) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("mkdir"));
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  if (::mkdirat((*dir)->dir_fd.get(), name.c_str(), mode) < 0) {
+    return Errno(fmt::format("mkdir '{}'", name));
+  }
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  return LookupIn(*dir, name);
+}
+
+Result<Entry> SourceFs::SymLink(const std::string& target, uint64_t parent,
+                                const std::string& name, Caller caller) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("symlink"));
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  if (::symlinkat(target.c_str(), (*dir)->dir_fd.get(), name.c_str()) < 0) {
+    return Errno(fmt::format("symlink '{}'", name));
+  }
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  return LookupIn(*dir, name);
+}
+
+Result<Entry> SourceFs::Link(uint64_t nodeid, uint64_t new_parent, const std::string& new_name) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("link"));
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  if ((*inode)->is_dir) return ErrnoValue(EPERM, "link: a directory");
+  auto dir = FindDir(new_parent);
+  if (!dir.ok()) return dir.status();
+  auto loc = Resolve(**inode);
+  if (!loc.ok()) return loc.status();
+  if (::linkat(loc->dir_fd(), loc->name.c_str(), (*dir)->dir_fd.get(), new_name.c_str(), 0) < 0) {
+    return Errno(fmt::format("link '{}'", new_name));
+  }
+  return LookupIn(*dir, new_name);
+}
+
+Status SourceFs::Unlink(uint64_t parent, const std::string& name) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("unlink"));
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  auto st = StatAt((*dir)->dir_fd.get(), name);
+  if (::unlinkat((*dir)->dir_fd.get(), name.c_str(), 0) < 0) {
+    return Errno(fmt::format("unlink '{}'", name));
+  }
+  // The last name gone: its cached chunks can never be served again, free them now.
+  if (st.ok() && st->st_nlink <= 1) cache_->Invalidate(st->st_dev, st->st_ino);
+  return Status::Ok();
+}
+
+Status SourceFs::RemoveDir(uint64_t parent, const std::string& name) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("rmdir"));
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  if (::unlinkat((*dir)->dir_fd.get(), name.c_str(), AT_REMOVEDIR) < 0) {
+    return Errno(fmt::format("rmdir '{}'", name));
+  }
+  return Status::Ok();
+}
+
+Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                        const std::string& new_name, unsigned int flags) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("rename"));
+  auto from = FindDir(parent);
+  if (!from.ok()) return from.status();
+  auto to = FindDir(new_parent);
+  if (!to.ok()) return to.status();
+  auto moved = StatAt((*from)->dir_fd.get(), name);
+  auto replaced = StatAt((*to)->dir_fd.get(), new_name);
+  if (::syscall(SYS_renameat2, (*from)->dir_fd.get(), name.c_str(), (*to)->dir_fd.get(),
+                new_name.c_str(), flags) < 0) {
+    return Errno(fmt::format("rename '{}' to '{}'", name, new_name));
+  }
+  if (replaced.ok() && !S_ISDIR(replaced->st_mode) && replaced->st_nlink <= 1 &&
+      !(flags & RENAME_EXCHANGE)) {
+    cache_->Invalidate(replaced->st_dev, replaced->st_ino);
+  }
+  // Keep the nodes' locations current so they are not mistaken for stale ones.
+  if (moved.ok()) {
+    if (auto node = inodes_.FindBySource(moved->st_dev, moved->st_ino)) {
+      inodes_.Move(node, *to, new_name);
+    }
+  }
+  if ((flags & RENAME_EXCHANGE) && replaced.ok()) {
+    if (auto node = inodes_.FindBySource(replaced->st_dev, replaced->st_ino)) {
+      inodes_.Move(node, *from, name);
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- files ----
+
+Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
+  const int access = flags & O_ACCMODE;
+  if (access != O_RDONLY || (flags & O_TRUNC)) {
+    EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("open for writing"));
+  }
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  Location loc = inodes_.LocationOf(**inode);
+  if (!loc.parent) return Status::Stale("open: node has no parent");
+  // The kernel has resolved the name and created nothing: never create or follow here.
+  int open_flags = flags & ~(O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW | O_DIRECTORY);
+  auto fd = OpenBeneath(loc.dir_fd(), loc.name, open_flags);
+  if (!fd.ok()) {
+    if (fd.status().code() == Code::kNotFound) return Status::Stale(fd.status().message());
+    return fd.status();
+  }
+  auto st = StatFd(fd->get());
+  if (!st.ok()) return st.status();
+  if (static_cast<uint64_t>(st->st_ino) != (*inode)->ino ||
+      static_cast<uint64_t>(st->st_dev) != (*inode)->dev) {
+    return Status::Stale(fmt::format("'{}' now names another file", loc.name));
+  }
+  const auto id = cache::SourceIdentity::FromStat(*st);
+  OpenResult result;
+  const auto match = inodes_.SwapKernelCacheId(**inode, id);
+  result.keep_cache = match == InodeTable::CacheMatch::kSame;
+  result.attributes_changed = match == InodeTable::CacheMatch::kChanged;
+  if (result.attributes_changed) cache_->Invalidate(id.dev, id.ino);
+  result.handle = std::make_unique<FileHandle>(*inode, std::move(*fd), id);
+  return result;
+}
+
+Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std::string& name,
+                                                      mode_t mode, int flags, Caller caller) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("create"));
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  auto fd = OpenBeneath((*dir)->dir_fd.get(), name, (flags | O_CREAT) & ~O_NOCTTY, mode);
+  if (!fd.ok()) return fd.status();
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  auto st = StatFd(fd->get());
+  if (!st.ok()) return st.status();
+  auto inode = inodes_.Remember(*dir, name, *st, UniqueFd());
+  const auto id = cache::SourceIdentity::FromStat(*st);
+  inodes_.SwapKernelCacheId(*inode, id);
+  OpenResult open;
+  open.handle = std::make_unique<FileHandle>(inode, std::move(*fd), id);
+  return std::make_pair(Entry{inode->nodeid, *st}, std::move(open));
+}
+
+Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
+  return cache_->Read(cache::SourceFile{fh.fd(), fh.identity()}, offset, size);
+}
+
+Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, uint64_t offset) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pwrite(fh.fd(), data + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (done > 0) break;
+      return Errno("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  const auto& inode = *fh.inode();
+  cache_->Invalidate(inode.dev, inode.ino);
+  if (auto st = StatFd(fh.fd()); st.ok()) {
+    // The kernel's pages were written through and stay valid; only the cache drops.
+    auto id = cache::SourceIdentity::FromStat(*st);
+    fh.set_identity(id);
+    inodes_.SwapKernelCacheId(*fh.inode(), id);
+  } else {
+    inodes_.ClearKernelCacheId(*fh.inode());
+  }
+  return done;
+}
+
+Status SourceFs::Fsync(FileHandle& fh, bool datasync) {
+  int rc = datasync ? ::fdatasync(fh.fd()) : ::fsync(fh.fd());
+  if (rc < 0) return Errno("fsync");
+  return Status::Ok();
+}
+
+// ---- directories ----
+
+Result<std::unique_ptr<DirHandle>> SourceFs::OpenDir(uint64_t nodeid) {
+  auto dir = FindDir(nodeid);
+  if (!dir.ok()) return dir.status();
+  // An O_PATH fd cannot be read; "." opened relative to it is the same directory.
+  int fd = ::openat((*dir)->dir_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("opendir");
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    UniqueFd owned(fd);
+    return Errno("fdopendir");
+  }
+  return std::make_unique<DirHandle>(*dir, d);
+}
+
+Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit) {
+  std::lock_guard lock(dh.mutex_);
+  if (offset != dh.position_) {
+    ::seekdir(dh.dir_, offset);
+    dh.position_ = offset;
+  }
+  const bool is_root = dh.inode_->nodeid == kRootNodeId;
+  while (true) {
+    errno = 0;
+    struct dirent* de = ::readdir(dh.dir_);
+    if (!de) {
+      if (errno != 0) return Errno("readdir");
+      return Status::Ok();
+    }
+    const off_t next = de->d_off;
+    const std::string name = de->d_name;
+    if (is_root && name == options_.hidden_root_name) {
+      dh.position_ = next;
+      continue;
+    }
+    Entry entry;
+    const bool dot = name == "." || name == "..";
+    if (plus && !dot) {
+      auto looked_up = LookupIn(dh.inode_, name);
+      if (!looked_up.ok()) {
+        // Gone between readdir and lookup: skip it, the listing is a snapshot anyway.
+        dh.position_ = next;
+        continue;
+      }
+      entry = *looked_up;
+    } else {
+      entry.attr.st_ino = de->d_ino;
+      entry.attr.st_mode = static_cast<mode_t>(DTTOIF(de->d_type));
+    }
+    if (!emit(name, entry, next)) {
+      if (plus && !dot) inodes_.Forget(entry.nodeid, 1);
+      // Rewind so the entry that did not fit comes first next time.
+      ::seekdir(dh.dir_, dh.position_);
+      return Status::Ok();
+    }
+    dh.position_ = next;
+  }
+}
+
+Status SourceFs::FsyncDir(DirHandle& dh, bool datasync) {
+  std::lock_guard lock(dh.mutex_);
+  int fd = ::dirfd(dh.dir_);
+  int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
+  if (rc < 0) return Errno("fsyncdir");
+  return Status::Ok();
+}
+
+Result<struct ::statvfs> SourceFs::StatFs() {
+  struct ::statvfs sv {};
+  if (::fstatvfs(inodes_.root()->dir_fd.get(), &sv) < 0) return Errno("statfs");
+  return sv;
+}
+
+// ---- xattrs ----
+
+Result<std::string> SourceFs::GetXattr(uint64_t nodeid, const std::string& name, size_t size) {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto path = ProcPath(**inode);
+  if (!path.ok()) return path.status();
+  if (size == 0) {  // the caller asks only for the length
+    ssize_t n = ::lgetxattr(path->c_str(), name.c_str(), nullptr, 0);
+    if (n < 0) return Errno(fmt::format("getxattr '{}'", name));
+    return std::string(static_cast<size_t>(n), '\0');
+  }
+  std::string value(size, '\0');
+  ssize_t n = ::lgetxattr(path->c_str(), name.c_str(), value.data(), size);
+  if (n < 0) return Errno(fmt::format("getxattr '{}'", name));
+  value.resize(static_cast<size_t>(n));
+  return value;
+}
+
+Result<std::string> SourceFs::ListXattr(uint64_t nodeid, size_t size) {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto path = ProcPath(**inode);
+  if (!path.ok()) return path.status();
+  if (size == 0) {  // the caller asks only for the length
+    ssize_t n = ::llistxattr(path->c_str(), nullptr, 0);
+    if (n < 0) return Errno("listxattr");
+    return std::string(static_cast<size_t>(n), '\0');
+  }
+  std::string list(size, '\0');
+  ssize_t n = ::llistxattr(path->c_str(), list.data(), size);
+  if (n < 0) return Errno("listxattr");
+  list.resize(static_cast<size_t>(n));
+  return list;
+}
+
+Status SourceFs::SetXattr(uint64_t nodeid, const std::string& name, const std::string& value,
+                          int flags) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("setxattr"));
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto path = ProcPath(**inode);
+  if (!path.ok()) return path.status();
+  if (::lsetxattr(path->c_str(), name.c_str(), value.data(), value.size(), flags) < 0) {
+    return Errno(fmt::format("setxattr '{}'", name));
+  }
+  return Status::Ok();
+}
+
+Status SourceFs::RemoveXattr(uint64_t nodeid, const std::string& name) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("removexattr"));
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto path = ProcPath(**inode);
+  if (!path.ok()) return path.status();
+  if (::lremovexattr(path->c_str(), name.c_str()) < 0) {
+    return Errno(fmt::format("removexattr '{}'", name));
+  }
+  return Status::Ok();
+}
+
+}  // namespace epochfs::fs

@@ -1,0 +1,180 @@
+// SourceFs: the filesystem core. It answers every request in terms of the source
+// directory and the cache, and knows nothing of FUSE (fs/fuse_ops.cc translates).
+//
+// Transparency: attributes, names, link counts, symlinks and xattrs are the source's
+// own, taken with *at() calls beneath the source root's O_PATH fd and never following
+// a symlink, so nothing can escape the source. Writes go straight to the source and
+// drop what the cache holds of the file.
+//
+// Freshness: a non-directory is re-resolved by (parent, name) on every use and checked
+// against its (dev, ino); if the name now points elsewhere (renamed over, deleted and
+// recreated) the request fails with ESTALE, which makes the kernel look the name up
+// again and so find the new file. Open takes the source file's identity with fstat()
+// on the fd it will read from; the cache serves only entries with that identity, and
+// the kernel keeps its page cache only when the identity is the one it was filled with.
+//
+// Thread-safety: all methods are thread-safe. A FileHandle is used by one request at
+// a time for writes (the kernel serialises them per file) but reads may run in
+// parallel; its identity is guarded by its own mutex.
+#pragma once
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cache/cache.h"
+#include "cache/unique_fd.h"
+#include "fs/inode_table.h"
+
+namespace epochfs::fs {
+
+// Who asked: files a root daemon creates are handed to the caller.
+struct Caller {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+struct Entry {
+  uint64_t nodeid = 0;
+  struct ::stat attr {};
+};
+
+class FileHandle {
+ public:
+  FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceIdentity id)
+      : inode_(std::move(inode)), fd_(std::move(fd)), id_(id) {}
+  const std::shared_ptr<Inode>& inode() const { return inode_; }
+  int fd() const { return fd_.get(); }
+  cache::SourceIdentity identity() const {
+    std::lock_guard lock(mutex_);
+    return id_;
+  }
+  void set_identity(const cache::SourceIdentity& id) {
+    std::lock_guard lock(mutex_);
+    id_ = id;
+  }
+
+ private:
+  std::shared_ptr<Inode> inode_;
+  UniqueFd fd_;
+  mutable std::mutex mutex_;
+  cache::SourceIdentity id_;  // GUARDED_BY(mutex_)
+};
+
+class DirHandle {
+ public:
+  DirHandle(std::shared_ptr<Inode> inode, DIR* dir) : inode_(std::move(inode)), dir_(dir) {}
+  ~DirHandle() { ::closedir(dir_); }
+  DirHandle(const DirHandle&) = delete;
+  DirHandle& operator=(const DirHandle&) = delete;
+  const std::shared_ptr<Inode>& inode() const { return inode_; }
+
+ private:
+  friend class SourceFs;
+  std::shared_ptr<Inode> inode_;
+  std::mutex mutex_;  // readdir on one handle is serialised
+  DIR* dir_;          // GUARDED_BY(mutex_); owned
+  off_t position_ = 0;
+};
+
+struct OpenResult {
+  std::unique_ptr<FileHandle> handle;
+  // The kernel may keep its cached pages: the source file is unchanged since they were read.
+  bool keep_cache = false;
+  // The source changed since the kernel last cached this file's attributes.
+  bool attributes_changed = false;
+};
+
+struct SourceFsOptions {
+  bool read_only = false;
+  // Names hidden from the root's listing (the control directory).
+  std::string hidden_root_name = ".epochfs";
+};
+
+class SourceFs {
+ public:
+  // `root_fd` is an O_PATH fd of the source directory, taken before mounting.
+  static Result<std::unique_ptr<SourceFs>> Create(UniqueFd root_fd, SourceFsOptions options,
+                                                  std::unique_ptr<cache::Cache> cache);
+
+  Result<Entry> Lookup(uint64_t parent, const std::string& name);
+  void Forget(uint64_t nodeid, uint64_t nlookup);
+  // `fh` is the open file the request came through, if any.
+  Result<struct ::stat> GetAttr(uint64_t nodeid, FileHandle* fh);
+
+  // `to_set` uses the FUSE_SET_ATTR_* bit values, decoded by the caller into these flags.
+  struct AttrChange {
+    bool mode = false, uid = false, gid = false, size = false, atime = false, mtime = false;
+    bool atime_now = false, mtime_now = false;
+  };
+  Result<struct ::stat> SetAttr(uint64_t nodeid, const struct ::stat& attr, AttrChange what,
+                                FileHandle* fh, Caller caller);
+
+  Result<std::string> ReadLink(uint64_t nodeid);
+  Result<Entry> MakeNode(uint64_t parent, const std::string& name, mode_t mode, dev_t rdev,
+                         Caller caller);
+  Result<Entry> MakeDir(uint64_t parent, const std::string& name, mode_t mode, Caller caller);
+  Result<Entry> SymLink(const std::string& target, uint64_t parent, const std::string& name,
+                        Caller caller);
+  Result<Entry> Link(uint64_t nodeid, uint64_t new_parent, const std::string& new_name);
+  Status Unlink(uint64_t parent, const std::string& name);
+  Status RemoveDir(uint64_t parent, const std::string& name);
+  Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned int flags);
+
+  Result<OpenResult> Open(uint64_t nodeid, int flags);
+  Result<std::pair<Entry, OpenResult>> Create(uint64_t parent, const std::string& name,
+                                              mode_t mode, int flags, Caller caller);
+  Result<cache::ReadBuffer> Read(FileHandle& fh, uint64_t offset, size_t size);
+  Result<size_t> Write(FileHandle& fh, const char* data, size_t size, uint64_t offset);
+  Status Fsync(FileHandle& fh, bool datasync);
+
+  Result<std::unique_ptr<DirHandle>> OpenDir(uint64_t nodeid);
+  // Calls `emit(name, entry, next_offset)` for each entry from `offset` on until it
+  // returns false (the reply buffer is full). With `plus`, each entry is looked up (and
+  // so counts a lookup reference); `emit` must return false without keeping the entry
+  // when it does not fit, and the lookup is then undone here.
+  using DirEmitter =
+      std::function<bool(const std::string& name, const Entry& entry, off_t next_offset)>;
+  Status ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit);
+  Status FsyncDir(DirHandle& dh, bool datasync);
+
+  Result<struct ::statvfs> StatFs();
+
+  Result<std::string> GetXattr(uint64_t nodeid, const std::string& name, size_t size);
+  Result<std::string> ListXattr(uint64_t nodeid, size_t size);
+  Status SetXattr(uint64_t nodeid, const std::string& name, const std::string& value, int flags);
+  Status RemoveXattr(uint64_t nodeid, const std::string& name);
+
+  cache::Cache& cache() { return *cache_; }
+  size_t inode_count() const { return inodes_.size(); }
+
+ private:
+  SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
+           std::unique_ptr<cache::Cache> cache);
+
+  Result<std::shared_ptr<Inode>> FindInode(uint64_t nodeid) const;
+  Result<std::shared_ptr<Inode>> FindDir(uint64_t nodeid) const;
+  // Where a non-directory node lives now, verified to still be the same object.
+  Result<Location> Resolve(const Inode& inode, struct ::stat* st_out = nullptr) const;
+  Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name);
+  Status RefuseIfReadOnly(const char* what) const;
+  // Hands an object the daemon just created to the caller that asked for it.
+  Status GiveToCaller(int dir_fd, const std::string& name, Caller caller) const;
+  // A path that reaches the object through /proc, for the calls that have no *at() form.
+  Result<std::string> ProcPath(const Inode& inode) const;
+
+  SourceFsOptions options_;
+  InodeTable inodes_;
+  std::unique_ptr<cache::Cache> cache_;
+  const bool running_as_root_;
+};
+
+}  // namespace epochfs::fs

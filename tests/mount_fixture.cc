@@ -1,0 +1,191 @@
+#include "tests/mount_fixture.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace epochfs::testing {
+
+CommandResult Run(const std::vector<std::string>& args) {
+  CommandResult result;
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) < 0) return result;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    result.output = "spawn failed: " + std::string(strerror(rc));
+    return result;
+  }
+  // The daemon inherits no copy of the pipe: epochfs's child redirects to /dev/null, so
+  // EOF arrives when the foreground process exits.
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof(buf))) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    result.output.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+CommandResult Epochfs(const std::vector<std::string>& args) {
+  std::vector<std::string> full = {EPOCHFS_BINARY};
+  full.insert(full.end(), args.begin(), args.end());
+  return Run(full);
+}
+
+bool FuseAvailable() {
+  int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+std::string ReadFile(const fsys::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string() + ": " + strerror(errno));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const fsys::path& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(out.data() + i, &v, std::min<size_t>(8, n - i));
+  }
+  return out;
+}
+
+std::string TextBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out;
+  while (out.size() < n) out += "label," + std::to_string(rng() % 1000) + ",class_a\n";
+  out.resize(n);
+  return out;
+}
+
+bool IsMounted(const fsys::path& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  const std::string needle = " " + fsys::weakly_canonical(path).string() + " ";
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/epochfs-test-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  // Never recurse into a mount that is somehow still there.
+  for (const auto& entry : fsys::directory_iterator(path_, ec)) {
+    if (IsMounted(entry.path())) ::umount2(entry.path().c_str(), MNT_DETACH);
+  }
+  fsys::remove_all(path_, ec);
+}
+
+Mount::Mount(const fsys::path& source, const fsys::path& mountpoint, const fsys::path& cache_dir,
+             const std::vector<std::string>& extra)
+    : mountpoint_(mountpoint) {
+  std::vector<std::string> args = {"mount", source.string(), mountpoint.string(), "--cache-dir",
+                                   cache_dir.string(), "--ram", "64M", "--disk", "512M"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  CommandResult r = Epochfs(args);
+  output_ = r.output;
+  ok_ = r.exit_code == 0;
+  mounted_ = ok_;
+}
+
+Mount::~Mount() {
+  if (!mounted_) return;
+  if (!Unmount()) ::umount2(mountpoint_.c_str(), MNT_DETACH);
+}
+
+bool Mount::Unmount() {
+  if (!mounted_) return true;
+  CommandResult r = Epochfs({"umount", mountpoint_.string()});
+  if (r.exit_code != 0) {
+    ADD_FAILURE() << "epochfs umount failed: " << r.output;
+    return false;
+  }
+  mounted_ = false;
+  return true;
+}
+
+nlohmann::json Mount::Stats() const {
+  return nlohmann::json::parse(ReadFile(mountpoint_ / ".epochfs" / "stats"));
+}
+
+void AgeFile(const fsys::path& path, int seconds_ago) {
+  struct timespec ts[2];
+  ::clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= seconds_ago;
+  ts[1] = ts[0];
+  ::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW);
+}
+
+Dataset Dataset::Make(const fsys::path& root, int count, int classes, size_t max_size,
+                      uint64_t seed) {
+  Dataset d;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < count; i++) {
+    const std::string dir = "class_" + std::to_string(i % classes);
+    fsys::create_directories(root / dir);
+    size_t size = rng() % (max_size + 1);
+    if (i % 50 == 7) size = (1u << 20) * 2 + 12345;  // crosses chunk boundaries
+    if (i % 37 == 3) size = 0;
+    const bool text = i % 5 == 0;  // some compressible label-like files
+    const std::string name = dir + "/sample_" + std::to_string(i) + (text ? ".txt" : ".jpg");
+    std::string content = text ? TextBytes(size, seed + i) : RandomBytes(size, seed + i);
+    WriteFile(root / name, content);
+    AgeFile(root / name, 3600);
+    d.files.emplace_back(name, std::move(content));
+  }
+  // The cache admits only files whose ctime is older than the read by a clock tick or
+  // more (the racily-clean rule in cache.h); let the newest file age past that.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return d;
+}
+
+}  // namespace epochfs::testing

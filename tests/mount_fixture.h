@@ -1,0 +1,93 @@
+// Helpers for black-box tests that mount epochfs for real and read through the mount.
+//
+// Each test gets a fresh directory under /tmp with `src/` (the source), `mnt/` and
+// `cache/`; the `Mount` guard unmounts in its destructor whatever happened in the test
+// (lazily if a plain unmount fails), so a failing assertion never leaves a mount behind.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace epochfs::testing {
+
+namespace fsys = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `args` (no shell), returning its exit code and output.
+CommandResult Run(const std::vector<std::string>& args);
+// Runs the epochfs binary under test with `args`.
+CommandResult Epochfs(const std::vector<std::string>& args);
+
+bool FuseAvailable();
+#define EPOCHFS_SKIP_WITHOUT_FUSE()                                                     \
+  do {                                                                                  \
+    if (!::epochfs::testing::FuseAvailable())                                           \
+      GTEST_SKIP() << "/dev/fuse is missing or unusable: mount tests need FUSE (root)"; \
+  } while (0)
+
+std::string ReadFile(const fsys::path& path);
+void WriteFile(const fsys::path& path, const std::string& data);
+// Deterministic pseudo-random bytes (incompressible, like JPEG).
+std::string RandomBytes(size_t n, uint64_t seed);
+// Compressible bytes (like CSV labels).
+std::string TextBytes(size_t n, uint64_t seed);
+bool IsMounted(const fsys::path& path);
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const fsys::path& path() const { return path_; }
+  fsys::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fsys::path path_;
+};
+
+// An epochfs mount that is unmounted when the guard goes.
+class Mount {
+ public:
+  // Mounts with `extra` flags; check ok() (a failed mount records its output).
+  Mount(const fsys::path& source, const fsys::path& mountpoint, const fsys::path& cache_dir,
+        const std::vector<std::string>& extra = {});
+  ~Mount();
+  Mount(const Mount&) = delete;
+  Mount& operator=(const Mount&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& output() const { return output_; }
+  // Unmounts now (waits for the daemon to flush). Returns whether it worked.
+  bool Unmount();
+  // The daemon's counters (the JSON of `.epochfs/stats`).
+  nlohmann::json Stats() const;
+
+ private:
+  fsys::path mountpoint_;
+  bool ok_ = false;
+  bool mounted_ = false;
+  std::string output_;
+};
+
+// A set of files written into a source tree, kept in memory to compare against.
+struct Dataset {
+  std::vector<std::pair<std::string, std::string>> files;  // relative path, content
+  // Writes `count` files in `classes` class folders, sizes spread from 0 to `max_size`,
+  // plus a few larger than one 1 MiB chunk. Sets mtimes in the past, as for a data set
+  // that was copied in earlier, and returns once every file is old enough to be cached.
+  static Dataset Make(const fsys::path& root, int count, int classes, size_t max_size,
+                      uint64_t seed);
+};
+
+// Sets the file's atime and mtime to `seconds_ago` in the past.
+void AgeFile(const fsys::path& path, int seconds_ago);
+
+}  // namespace epochfs::testing

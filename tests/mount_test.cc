@@ -1,0 +1,414 @@
+// Black-box tests: mount epochfs for real and check what a training script would see.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "tests/mount_fixture.h"
+
+namespace epochfs::testing {
+namespace {
+
+class MountTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EPOCHFS_SKIP_WITHOUT_FUSE();
+    src_ = dir_ / "src";
+    mnt_ = dir_ / "mnt";
+    cache_ = dir_ / "cache";
+    fsys::create_directories(src_);
+    fsys::create_directories(mnt_);
+  }
+
+  std::unique_ptr<Mount> MountIt(const std::vector<std::string>& extra = {}) {
+    auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
+    EXPECT_TRUE(m->ok()) << m->output();
+    return m;
+  }
+
+  // Reads every file of `d` through the mount with `threads` threads; returns mismatches.
+  std::vector<std::string> ReadAllThroughMount(const Dataset& d, int threads) {
+    std::vector<std::string> bad;
+    std::mutex bad_mutex;
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; t++) {
+      workers.emplace_back([&] {
+        for (size_t i = next++; i < d.files.size(); i = next++) {
+          const auto& [name, content] = d.files[i];
+          std::string got;
+          try {
+            got = ReadFile(mnt_ / name);
+          } catch (const std::exception& e) {
+            got = std::string("<error: ") + e.what() + ">";
+          }
+          if (got != content) {
+            std::lock_guard lock(bad_mutex);
+            bad.push_back(name + " (" + std::to_string(got.size()) + " bytes, want " +
+                          std::to_string(content.size()) + ")");
+          }
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    return bad;
+  }
+
+  TempDir dir_;
+  fsys::path src_, mnt_, cache_;
+};
+
+TEST_F(MountTest, EveryFileByteIdenticalFrom16Threads) {
+  Dataset d = Dataset::Make(src_, 400, 8, 300 * 1024, 1);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  // Twice: the first pass fills the tiers, the second is served from them.
+  for (int pass = 0; pass < 2; pass++) {
+    auto bad = ReadAllThroughMount(d, 16);
+    EXPECT_TRUE(bad.empty()) << "pass " << pass << ": " << bad.size() << " wrong, e.g. " << bad[0];
+  }
+  auto stats = m->Stats();
+  EXPECT_GT(stats["source_reads"].get<uint64_t>(), 0u);
+  EXPECT_GT(stats["ram_hits"].get<uint64_t>() + stats["ssd_hits"].get<uint64_t>(), 0u);
+  EXPECT_EQ(stats["corrupt_entries"].get<uint64_t>(), 0u);
+}
+
+TEST_F(MountTest, MetadataIsTheSource) {
+  Dataset d = Dataset::Make(src_, 20, 2, 10000, 2);
+  fsys::create_symlink("class_0/sample_0.txt", src_ / "link");
+  fsys::create_hard_link(src_ / "class_1/sample_1.jpg", src_ / "hard");
+  ASSERT_EQ(::setxattr((src_ / "hard").c_str(), "user.label", "cat", 3, 0), 0);
+  ::chmod((src_ / "class_0/sample_2.txt").c_str(), 0640);
+  ::chown((src_ / "class_0/sample_2.txt").c_str(), 1234, 5678);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+
+  std::set<std::string> src_names, mnt_names;
+  for (const auto& e : fsys::recursive_directory_iterator(src_)) {
+    src_names.insert(fsys::relative(e.path(), src_).string());
+  }
+  for (const auto& e : fsys::recursive_directory_iterator(mnt_)) {
+    mnt_names.insert(fsys::relative(e.path(), mnt_).string());
+  }
+  EXPECT_EQ(src_names, mnt_names);  // and no .epochfs in the listing
+  EXPECT_EQ(mnt_names.count(".epochfs"), 0u);
+
+  for (const auto& name : src_names) {
+    struct stat a {}, b {};
+    ASSERT_EQ(::lstat((src_ / name).c_str(), &a), 0);
+    ASSERT_EQ(::lstat((mnt_ / name).c_str(), &b), 0) << name;
+    EXPECT_EQ(a.st_mode, b.st_mode) << name;
+    EXPECT_EQ(a.st_size, b.st_size) << name;
+    EXPECT_EQ(a.st_uid, b.st_uid) << name;
+    EXPECT_EQ(a.st_gid, b.st_gid) << name;
+    EXPECT_EQ(a.st_nlink, b.st_nlink) << name;
+    EXPECT_EQ(a.st_ino, b.st_ino) << name;
+    EXPECT_EQ(a.st_mtim.tv_sec, b.st_mtim.tv_sec) << name;
+    EXPECT_EQ(a.st_mtim.tv_nsec, b.st_mtim.tv_nsec) << name;
+  }
+  EXPECT_EQ(fsys::read_symlink(mnt_ / "link"), "class_0/sample_0.txt");
+  EXPECT_EQ(ReadFile(mnt_ / "link"), d.files[0].second);
+  char value[16] = {};
+  EXPECT_EQ(::getxattr((mnt_ / "hard").c_str(), "user.label", value, sizeof(value)), 3);
+  EXPECT_STREQ(value, "cat");
+  // The control directory is reachable by name.
+  struct stat st {};
+  EXPECT_EQ(::stat((mnt_ / ".epochfs/stats").c_str(), &st), 0);
+}
+
+TEST_F(MountTest, LargeDirectoryListingIsCompleteAndStable) {
+  constexpr int kEntries = 100000;
+  fsys::create_directories(src_ / "big");
+  for (int i = 0; i < kEntries; i++) {
+    int fd = ::open((src_ / "big" / ("f" + std::to_string(i))).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  for (int pass = 0; pass < 2; pass++) {
+    std::set<std::string> names;
+    size_t count = 0;
+    for (const auto& e : fsys::directory_iterator(mnt_ / "big")) {
+      names.insert(e.path().filename().string());
+      count++;
+    }
+    EXPECT_EQ(count, static_cast<size_t>(kEntries)) << "pass " << pass;  // no duplicates
+    EXPECT_EQ(names.size(), static_cast<size_t>(kEntries)) << "pass " << pass;
+  }
+}
+
+TEST_F(MountTest, MountOverItself) {
+  Dataset d = Dataset::Make(src_, 50, 3, 50000, 3);
+  auto m = std::make_unique<Mount>(src_, src_, cache_);
+  ASSERT_TRUE(m->ok()) << m->output();
+  EXPECT_TRUE(IsMounted(src_));
+  for (const auto& [name, content] : d.files) EXPECT_EQ(ReadFile(src_ / name), content) << name;
+  // A write through the mount lands in the hidden source.
+  WriteFile(src_ / "written.txt", "hello");
+  auto stats = m->Stats();
+  EXPECT_EQ(stats["source"].get<std::string>(), fsys::canonical(src_).string());
+  ASSERT_TRUE(m->Unmount());
+  EXPECT_FALSE(IsMounted(src_));
+  EXPECT_EQ(ReadFile(src_ / "written.txt"), "hello");
+  for (const auto& [name, content] : d.files) EXPECT_EQ(ReadFile(src_ / name), content);
+}
+
+TEST_F(MountTest, SourceChangedUnderneathIsNeverServedStale) {
+  Dataset d = Dataset::Make(src_, 10, 1, 20000, 4);
+  const std::string a = d.files[1].first, b = d.files[2].first, c = d.files[3].first;
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  for (const auto& [name, content] : d.files) ASSERT_EQ(ReadFile(mnt_ / name), content);
+
+  // Modified in place: new bytes, the same size.
+  std::string same_size = RandomBytes(d.files[1].second.size(), 99);
+  WriteFile(src_ / a, same_size);
+  EXPECT_EQ(ReadFile(mnt_ / a), same_size);
+  // Modified: grown.
+  std::string grown = RandomBytes(d.files[1].second.size() + 5000, 98);
+  WriteFile(src_ / a, grown);
+  EXPECT_EQ(ReadFile(mnt_ / a), grown);
+  EXPECT_EQ(fsys::file_size(mnt_ / a), grown.size());
+  // Replaced: a new file renamed over it.
+  std::string replacement = RandomBytes(777, 97);
+  WriteFile(src_ / "tmp.new", replacement);
+  fsys::rename(src_ / "tmp.new", src_ / b);
+  EXPECT_EQ(ReadFile(mnt_ / b), replacement);
+  // Deleted.
+  fsys::remove(src_ / c);
+  EXPECT_THROW(ReadFile(mnt_ / c), std::runtime_error);
+  EXPECT_FALSE(fsys::exists(mnt_ / c));
+  // A new file appears (after the negative entry timeout).
+  WriteFile(src_ / "new.bin", "new");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(ReadFile(mnt_ / "new.bin"), "new");
+  EXPECT_EQ(m->Stats()["corrupt_entries"].get<uint64_t>(), 0u);
+}
+
+TEST_F(MountTest, WritesPassThrough) {
+  Dataset d = Dataset::Make(src_, 5, 1, 5000, 5);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  WriteFile(mnt_ / "new.txt", "first");
+  EXPECT_EQ(ReadFile(src_ / "new.txt"), "first");
+  EXPECT_EQ(ReadFile(mnt_ / "new.txt"), "first");
+  {
+    std::ofstream out(mnt_ / "new.txt", std::ios::app);
+    out << " second";
+  }
+  EXPECT_EQ(ReadFile(mnt_ / "new.txt"), "first second");
+  EXPECT_EQ(ReadFile(src_ / "new.txt"), "first second");
+  fsys::resize_file(mnt_ / "new.txt", 5);
+  EXPECT_EQ(ReadFile(mnt_ / "new.txt"), "first");
+  EXPECT_EQ(ReadFile(src_ / "new.txt"), "first");
+  // Overwrite a cached file through the mount: the cache must not serve the old bytes.
+  const std::string& cached = d.files[0].first;
+  ASSERT_EQ(ReadFile(mnt_ / cached), d.files[0].second);
+  WriteFile(mnt_ / cached, "overwritten");
+  EXPECT_EQ(ReadFile(mnt_ / cached), "overwritten");
+  EXPECT_EQ(ReadFile(src_ / cached), "overwritten");
+
+  fsys::create_directory(mnt_ / "dir");
+  EXPECT_TRUE(fsys::is_directory(src_ / "dir"));
+  fsys::rename(mnt_ / "new.txt", mnt_ / "dir" / "moved.txt");
+  EXPECT_EQ(ReadFile(src_ / "dir" / "moved.txt"), "first");
+  EXPECT_EQ(ReadFile(mnt_ / "dir" / "moved.txt"), "first");
+  EXPECT_FALSE(fsys::exists(src_ / "new.txt"));
+  fsys::permissions(mnt_ / "dir" / "moved.txt", fsys::perms(0600));
+  EXPECT_EQ(fsys::status(src_ / "dir" / "moved.txt").permissions(), fsys::perms(0600));
+  struct timespec times[2] = {{1000000, 0}, {2000000, 5}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (mnt_ / "dir" / "moved.txt").c_str(), times, 0), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat((src_ / "dir" / "moved.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtim.tv_sec, 2000000);
+  fsys::create_symlink("moved.txt", mnt_ / "dir" / "link");
+  EXPECT_EQ(fsys::read_symlink(src_ / "dir" / "link"), "moved.txt");
+  int fd = ::open((mnt_ / "dir" / "moved.txt").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::fsync(fd), 0);
+  ::close(fd);
+  fsys::remove(mnt_ / "dir" / "link");
+  fsys::remove(mnt_ / "dir" / "moved.txt");
+  fsys::remove(mnt_ / "dir");
+  EXPECT_FALSE(fsys::exists(src_ / "dir"));
+}
+
+TEST_F(MountTest, ReadOnlyRefusesWrites) {
+  Dataset d = Dataset::Make(src_, 3, 1, 100, 6);
+  auto m = MountIt({"--read-only"});
+  ASSERT_TRUE(m->ok());
+  EXPECT_EQ(ReadFile(mnt_ / d.files[0].first), d.files[0].second);
+  int fd = ::open((mnt_ / "x").c_str(), O_CREAT | O_WRONLY, 0644);
+  EXPECT_LT(fd, 0);
+  EXPECT_EQ(errno, EROFS);
+  fd = ::open((mnt_ / d.files[0].first).c_str(), O_WRONLY);
+  EXPECT_LT(fd, 0);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_NE(::unlink((mnt_ / d.files[0].first).c_str()), 0);
+  EXPECT_TRUE(fsys::exists(src_ / d.files[0].first));
+}
+
+TEST_F(MountTest, SecondDaemonServesFromSsdWithZeroSourceReads) {
+  Dataset d = Dataset::Make(src_, 200, 4, 200 * 1024, 7);
+  {
+    auto m = MountIt();
+    ASSERT_TRUE(m->ok());
+    EXPECT_TRUE(ReadAllThroughMount(d, 4).empty());
+    ASSERT_TRUE(m->Unmount());  // flushes packs and index
+  }
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_TRUE(ReadAllThroughMount(d, 4).empty());
+  auto stats = m->Stats();
+  EXPECT_EQ(stats["source_reads"].get<uint64_t>(), 0u) << stats.dump();
+  EXPECT_GT(stats["ssd_hits"].get<uint64_t>(), 0u);
+}
+
+TEST_F(MountTest, FlippedByteInPackIsDetectedAndRightBytesServed) {
+  Dataset d = Dataset::Make(src_, 30, 2, 60000, 8);
+  {
+    auto m = MountIt();
+    ASSERT_TRUE(m->ok());
+    EXPECT_TRUE(ReadAllThroughMount(d, 2).empty());
+    ASSERT_TRUE(m->Unmount());
+  }
+  // Find one file's bytes in a pack (incompressible files are stored raw) and flip one.
+  const auto& victim = *std::find_if(d.files.begin(), d.files.end(), [](const auto& f) {
+    return f.first.ends_with(".jpg") && f.second.size() > 1000 && f.second.size() < 1000000;
+  });
+  bool flipped = false;
+  for (const auto& e : fsys::recursive_directory_iterator(cache_)) {
+    if (!e.is_regular_file() || e.path().extension() != ".epk") continue;
+    std::string pack = ReadFile(e.path());
+    size_t at = pack.find(victim.second.substr(0, 256));
+    if (at == std::string::npos) continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at + victim.second.size() / 2));
+    char c = static_cast<char>(pack[at + victim.second.size() / 2] ^ 0x5a);
+    f.write(&c, 1);
+    flipped = true;
+  }
+  ASSERT_TRUE(flipped) << "the victim's bytes were not found in any pack";
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_EQ(ReadFile(mnt_ / victim.first), victim.second);
+  EXPECT_TRUE(ReadAllThroughMount(d, 2).empty());
+  EXPECT_GE(m->Stats()["corrupt_entries"].get<uint64_t>(), 1u);
+}
+
+TEST_F(MountTest, FullCacheDiskStillServesEverything) {
+  // The cache disk is a 2 MiB tmpfs: far too small for the data set.
+  fsys::create_directories(cache_);
+  ASSERT_EQ(::mount("tmpfs", cache_.c_str(), "tmpfs", 0, "size=2m"), 0) << strerror(errno);
+  struct Unmounter {
+    fsys::path p;
+    ~Unmounter() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount_cache{cache_};
+  Dataset d = Dataset::Make(src_, 120, 3, 100 * 1024, 9);
+  auto m = std::make_unique<Mount>(src_, mnt_, cache_,
+                                   std::vector<std::string>{"--ram", "1M", "--disk", "1G"});
+  ASSERT_TRUE(m->ok()) << m->output();
+  for (int pass = 0; pass < 2; pass++) EXPECT_TRUE(ReadAllThroughMount(d, 4).empty());
+  auto stats = m->Stats();
+  EXPECT_TRUE(stats["ssd_degraded"].get<bool>()) << stats.dump();
+  ASSERT_TRUE(m->Unmount());
+}
+
+class BadInputTest : public MountTest {
+ protected:
+  // Runs `epochfs mount ARGS...` expecting exit code 2, a one-line error containing
+  // `expected`, and no new mount.
+  void ExpectRefused(const std::vector<std::string>& args, const std::string& expected) {
+    const size_t mounts_before = CountMounts();
+    std::vector<std::string> full = {"mount"};
+    full.insert(full.end(), args.begin(), args.end());
+    CommandResult r = Epochfs(full);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(CountMounts(), mounts_before);
+  }
+  static size_t CountMounts() {
+    std::ifstream in("/proc/self/mountinfo");
+    size_t n = 0;
+    std::string line;
+    while (std::getline(in, line)) n++;
+    return n;
+  }
+};
+
+TEST_F(BadInputTest, EachIsRefusedWithExitCode2AndLeavesNothing) {
+  WriteFile(dir_ / "a_file", "x");
+  const std::string cache = cache_.string();
+  ExpectRefused({(dir_ / "missing").string(), mnt_.string(), "--cache-dir", cache}, "missing");
+  ExpectRefused({(dir_ / "a_file").string(), mnt_.string(), "--cache-dir", cache},
+                "not a directory");
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--ram", "12Q"}, "12Q");
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--disk", "lots"}, "lots");
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", (dir_ / "a_file" / "c").string()},
+                "cache dir");
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--bogus-flag"},
+                "bogus-flag");
+  EXPECT_FALSE(fsys::exists(cache_)) << "a refused mount left its cache dir behind";
+
+  // A read-only cache disk.
+  fsys::create_directories(dir_ / "ro");
+  ASSERT_EQ(::mount("tmpfs", (dir_ / "ro").c_str(), "tmpfs", MS_RDONLY, "size=1m"), 0);
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", (dir_ / "ro" / "c").string()},
+                "cache dir");
+  ::umount2((dir_ / "ro").c_str(), MNT_DETACH);
+
+  // Already an epochfs mount.
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", (dir_ / "other").string()},
+                "already an epochfs mount");
+  // The same cache dir in use by a running daemon.
+  fsys::create_directories(dir_ / "mnt2");
+  ExpectRefused({src_.string(), (dir_ / "mnt2").string(), "--cache-dir", cache}, "in use");
+}
+
+TEST_F(MountTest, StatusAndUmountCommands) {
+  Dataset d = Dataset::Make(src_, 10, 1, 1000, 10);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  for (const auto& [name, content] : d.files) ASSERT_EQ(ReadFile(mnt_ / name), content);
+  CommandResult table = Epochfs({"status", mnt_.string()});
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("RAM hits"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("source reads"), std::string::npos) << table.output;
+  CommandResult json = Epochfs({"status", mnt_.string(), "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  auto j = nlohmann::json::parse(json.output);
+  EXPECT_EQ(j["requests"]["open"].get<uint64_t>() >= 10, true) << json.output;
+  EXPECT_GT(j["daemon_rss_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["misses"].get<uint64_t>() + j["ram_hits"].get<uint64_t>() +
+                j["ssd_hits"].get<uint64_t>() >= 10, true);
+  CommandResult all = Epochfs({"status", "--json"});
+  ASSERT_EQ(all.exit_code, 0);
+  EXPECT_TRUE(nlohmann::json::parse(all.output).is_array());
+
+  CommandResult not_ours = Epochfs({"status", src_.string()});
+  EXPECT_EQ(not_ours.exit_code, 2);
+  EXPECT_NE(not_ours.output.find("not an epochfs mount"), std::string::npos);
+
+  CommandResult version = Epochfs({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.output.find("epochfs"), std::string::npos);
+
+  ASSERT_TRUE(m->Unmount());
+  EXPECT_FALSE(IsMounted(mnt_));
+  CommandResult again = Epochfs({"umount", mnt_.string()});
+  EXPECT_EQ(again.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace epochfs::testing
