@@ -14,7 +14,7 @@
 // index records that point at them are written, so an index record never points at
 // bytes that were not durable; a record whose bytes fail their checksum is dropped and
 // counted, and the read falls through to the source. If the index is lost it is
-// rebuilt by scanning the packs (docs/architecture.md has the formats).
+// rebuilt by scanning the packs (cache/FORMAT.md has the formats).
 //
 // Misses. Read() on a miss reads the whole chunk from the source fd (io_uring, or
 // pread where io_uring is unavailable), serves it, puts it in the RAM tier and queues
@@ -24,6 +24,8 @@
 //
 // Thread-safety: every method may be called from any thread concurrently.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -100,6 +102,8 @@ struct CacheStats {
   uint64_t corrupt_entries = 0;  // dropped because their bytes failed the checksum
   uint64_t not_admitted = 0;     // fills skipped: file changed too recently to trust
   uint64_t compressed_entries = 0;
+  uint64_t ssd_read_errors = 0;  // pack reads that failed (served as misses)
+  uint64_t ssd_read_around = 0;  // neighbouring entries moved to RAM by read-around
   bool io_uring = false;         // whether the io_uring path is in use
   bool ssd_degraded = false;     // the SSD tier stopped writing (full or failing disk)
   std::string ssd_degraded_reason;

@@ -1,0 +1,429 @@
+// The Cache: RAM tier -> SSD tier -> source, with coalesced misses and the
+// "racily clean" admission rule. See cache.h for the contract.
+#include "cache/cache.h"
+
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cache/cache_internal.h"
+#include "cache/chunk_bytes.h"
+#include "cache/eviction.h"
+#include "cache/io_engine.h"
+#include "cache/pack.h"
+#include "cache/ram_tier.h"
+#include "cache/ssd_tier.h"
+
+namespace epochfs::cache {
+
+SourceIdentity SourceIdentity::FromStat(const struct ::stat& st) {
+  return SourceIdentity{
+      .dev = static_cast<uint64_t>(st.st_dev),
+      .ino = static_cast<uint64_t>(st.st_ino),
+      .size = static_cast<uint64_t>(st.st_size),
+      .mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+      .ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
+  };
+}
+
+namespace {
+
+// The "racily clean" rule (git's): bytes read from a file whose ctime is this close
+// to the moment the read started are served but not cached. A write after the read
+// started would get a ctime that the identity check can tell apart only if the
+// filesystem's timestamp clock has moved on; 50 ms exceeds every coarse clock tick.
+constexpr int64_t kRacilyCleanNs = 50'000'000;
+
+int64_t WallClockNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Nothing to read: no tier was used, so report the fastest.
+ReadBuffer EmptyBuffer() {
+  ReadBuffer out;
+  out.tier = Tier::kRam;
+  return out;
+}
+
+Tier Slower(Tier a, Tier b) { return static_cast<uint8_t>(a) >= static_cast<uint8_t>(b) ? a : b; }
+
+// One chunk of a read, from wherever it came.
+struct Piece {
+  ChunkBytes bytes;
+  Tier tier = Tier::kRam;
+};
+
+// A chunk being fetched from below the RAM tier by one reader (the leader); other
+// readers of the same chunk and identity wait for it instead of reading it again.
+// (The kernel splits one application read of a large file into several concurrent
+// FUSE reads of the same chunk.)
+struct Inflight {
+  explicit Inflight(const SourceIdentity& identity) : id(identity) {}
+  const SourceIdentity id;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // GUARDED_BY(mu)
+  bool ok = false;    // GUARDED_BY(mu)
+  Piece piece;        // GUARDED_BY(mu)
+};
+
+std::unique_ptr<EvictionPolicy> MakePolicy(RamPolicy policy) {
+  switch (policy) {
+    case RamPolicy::kStatic: return NewStaticPolicy();
+    case RamPolicy::kLru: break;
+  }
+  return NewLruPolicy();
+}
+
+Status Validate(const CacheOptions& o) {
+  if (o.chunk_size == 0 || o.chunk_size > kMaxEntryPlainLen) {
+    return Status::InvalidArgument(
+        fmt::format("chunk_size must be in [1, {}], not {}", kMaxEntryPlainLen, o.chunk_size));
+  }
+  if (!(o.min_compression_saving >= 0.0 && o.min_compression_saving <= 1.0)) {
+    return Status::InvalidArgument("min_compression_saving must be in [0, 1]");
+  }
+  if (o.disk_budget > 0) {
+    if (o.cache_dir.empty()) return Status::InvalidArgument("cache_dir is required");
+    const uint64_t entry = uint64_t{o.chunk_size} + kEntryHeaderSize + kPackHeaderSize;
+    if (o.pack_size < entry) {
+      return Status::InvalidArgument(
+          fmt::format("pack_size {} cannot hold one chunk of {}", o.pack_size, o.chunk_size));
+    }
+    if (o.disk_budget < 8 * entry) {
+      return Status::InvalidArgument(fmt::format(
+          "disk_budget {} is too small for chunk_size {} (at least {})", o.disk_budget,
+          o.chunk_size, 8 * entry));
+    }
+  }
+  return Status::Ok();
+}
+
+class CacheImpl final : public Cache {
+ public:
+  CacheImpl(const CacheOptions& options, std::shared_ptr<IoEngine> io,
+            std::unique_ptr<RamTier> ram, std::unique_ptr<SsdTier> ssd)
+      : options_(options), io_(std::move(io)), ram_(std::move(ram)), ssd_(std::move(ssd)) {}
+
+  // ssd_ (declared last) goes first: it flushes and joins its writer while the RAM
+  // tier it hands read-around entries to still exists.
+  ~CacheImpl() override = default;
+
+  Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
+
+  void Invalidate(uint64_t dev, uint64_t ino) override {
+    ram_->EraseFile(dev, ino);
+    if (ssd_) ssd_->Invalidate(dev, ino);
+  }
+
+  Status Flush() override { return ssd_ ? ssd_->Flush() : Status::Ok(); }
+
+  CacheStats Stats() const override;
+
+ private:
+  ChunkKey KeyOf(const SourceFile& file, uint64_t chunk) const {
+    return ChunkKey{file.id.dev, file.id.ino, static_cast<uint32_t>(chunk)};
+  }
+  uint64_t ChunkLen(const SourceFile& file, uint64_t chunk) const {
+    const uint64_t start = chunk * options_.chunk_size;
+    return std::min<uint64_t>(options_.chunk_size, file.id.size - start);
+  }
+
+  Status FillFromBelow(const SourceFile& file, uint64_t first, const std::vector<size_t>& missing,
+                       std::vector<Piece>& pieces);
+  Status ReadFromSource(const SourceFile& file, uint64_t first, const std::vector<size_t>& which,
+                        std::vector<Piece>& pieces);
+  void Publish(const ChunkKey& key, const std::shared_ptr<Inflight>& inflight, bool ok,
+               const Piece& piece);
+  ReadBuffer Assemble(uint64_t offset, uint64_t end, uint64_t first, const SourceFile& file,
+                      const std::vector<Piece>& pieces);
+
+  const CacheOptions options_;
+  const std::shared_ptr<IoEngine> io_;
+  const std::unique_ptr<RamTier> ram_;
+
+  std::mutex inflight_mu_;
+  std::unordered_map<ChunkKey, std::shared_ptr<Inflight>, ChunkKeyHash>
+      inflight_;  // GUARDED_BY(inflight_mu_)
+
+  std::atomic<uint64_t> ram_hits_{0}, ram_hit_bytes_{0};
+  std::atomic<uint64_t> ssd_hits_{0}, ssd_hit_bytes_{0};
+  std::atomic<uint64_t> misses_{0}, miss_bytes_{0};
+  std::atomic<uint64_t> source_reads_{0}, source_bytes_{0};
+  std::atomic<uint64_t> not_admitted_{0};
+
+  const std::unique_ptr<SsdTier> ssd_;  // null when disk_budget == 0
+};
+
+Result<ReadBuffer> CacheImpl::Read(const SourceFile& file, uint64_t offset, size_t length) {
+  const uint64_t size = file.id.size;
+  if (length == 0 || offset >= size) return EmptyBuffer();
+  const uint64_t end = size - offset < length ? size : offset + length;
+  const uint64_t first = offset / options_.chunk_size;
+  const uint64_t last = (end - 1) / options_.chunk_size;
+
+  std::vector<Piece> pieces(last - first + 1);
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::optional<ChunkBytes> bytes = ram_->Lookup(KeyOf(file, first + i), file.id);
+    if (bytes) {
+      pieces[i] = Piece{std::move(*bytes), Tier::kRam};
+    } else {
+      missing.push_back(i);
+    }
+  }
+  if (!missing.empty()) EPOCHFS_RETURN_IF_ERROR(FillFromBelow(file, first, missing, pieces));
+  return Assemble(offset, end, first, file, pieces);
+}
+
+Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
+                                const std::vector<size_t>& missing, std::vector<Piece>& pieces) {
+  struct Claim {
+    size_t i;
+    std::shared_ptr<Inflight> inflight;  // null: not coalesced (another identity in flight)
+    bool leader;
+  };
+  std::vector<Claim> claims;
+  {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    for (size_t i : missing) {
+      const ChunkKey key = KeyOf(file, first + i);
+      auto it = inflight_.find(key);
+      if (it == inflight_.end()) {
+        auto inflight = std::make_shared<Inflight>(file.id);
+        inflight_.emplace(key, inflight);
+        claims.push_back(Claim{i, std::move(inflight), true});
+      } else if (it->second->id == file.id) {
+        claims.push_back(Claim{i, it->second, false});
+      } else {
+        claims.push_back(Claim{i, nullptr, true});
+      }
+    }
+  }
+
+  // Leaders first (SSD, then one batch from the source), and publish every claimed
+  // chunk before waiting on anyone: two readers that lead and follow each other's
+  // chunks then cannot deadlock.
+  std::vector<size_t> from_source;
+  std::vector<const Claim*> source_claims;
+  for (const Claim& claim : claims) {
+    if (!claim.leader) continue;
+    const ChunkKey key = KeyOf(file, first + claim.i);
+    std::optional<ChunkBytes> bytes = ssd_ ? ssd_->Lookup(key, file.id) : std::nullopt;
+    if (bytes) {
+      pieces[claim.i] = Piece{*bytes, Tier::kSsd};
+      ram_->Insert(key, file.id, std::move(*bytes));
+      Publish(key, claim.inflight, true, pieces[claim.i]);
+    } else {
+      from_source.push_back(claim.i);
+      source_claims.push_back(&claim);
+    }
+  }
+  Status status;
+  if (!from_source.empty()) status = ReadFromSource(file, first, from_source, pieces);
+  for (const Claim* claim : source_claims) {
+    Publish(KeyOf(file, first + claim->i), claim->inflight, status.ok(), pieces[claim->i]);
+  }
+  if (!status.ok()) return status;
+
+  std::vector<size_t> retry;  // the leader failed; its error may be its own (its fd)
+  for (const Claim& claim : claims) {
+    if (claim.leader) continue;
+    std::unique_lock<std::mutex> lock(claim.inflight->mu);
+    claim.inflight->cv.wait(lock, [&] { return claim.inflight->done; });
+    if (claim.inflight->ok) {
+      pieces[claim.i] = claim.inflight->piece;
+    } else {
+      retry.push_back(claim.i);
+    }
+  }
+  if (!retry.empty()) return ReadFromSource(file, first, retry, pieces);
+  return Status::Ok();
+}
+
+Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
+                                 const std::vector<size_t>& which, std::vector<Piece>& pieces) {
+  const int64_t started_ns = WallClockNs();
+  std::vector<std::string> buffers(which.size());
+  std::vector<ReadOp> ops(which.size());
+  for (size_t k = 0; k < which.size(); ++k) {
+    const uint64_t chunk = first + which[k];
+    buffers[k].resize(ChunkLen(file, chunk));
+    ops[k].fd = file.fd;
+    ops[k].buf = buffers[k].data();
+    ops[k].len = buffers[k].size();
+    ops[k].offset = chunk * options_.chunk_size;
+  }
+  Status status = io_->ReadBatch(ops);
+  source_reads_ += ops.size();
+  for (const ReadOp& op : ops) source_bytes_ += op.bytes_read;
+  if (!status.ok()) return status;
+
+  // Admit only bytes that are certainly the file's bytes for this identity: the file
+  // did not change during the read, and it had not changed just before it started.
+  struct stat after;
+  const bool unchanged =
+      ::fstat(file.fd, &after) == 0 && SourceIdentity::FromStat(after) == file.id;
+  const bool settled = unchanged && started_ns - file.id.ctime_ns > kRacilyCleanNs;
+  for (size_t k = 0; k < which.size(); ++k) {
+    const bool complete = ops[k].bytes_read == ops[k].len;  // else the file shrank
+    buffers[k].resize(ops[k].bytes_read);
+    ChunkBytes bytes = ChunkBytes::Own(std::move(buffers[k]));
+    pieces[which[k]] = Piece{bytes, Tier::kSource};
+    if (settled && complete) {
+      const ChunkKey key = KeyOf(file, first + which[k]);
+      ram_->Insert(key, file.id, bytes);
+      if (ssd_) ssd_->Enqueue(key, file.id, std::move(bytes));
+    } else {
+      ++not_admitted_;
+    }
+  }
+  return Status::Ok();
+}
+
+void CacheImpl::Publish(const ChunkKey& key, const std::shared_ptr<Inflight>& inflight, bool ok,
+                        const Piece& piece) {
+  if (!inflight) return;
+  {
+    std::lock_guard<std::mutex> lock(inflight->mu);
+    inflight->done = true;
+    inflight->ok = ok;
+    if (ok) inflight->piece = piece;
+  }
+  inflight->cv.notify_all();
+  std::lock_guard<std::mutex> lock(inflight_mu_);
+  auto it = inflight_.find(key);
+  if (it != inflight_.end() && it->second == inflight) inflight_.erase(it);
+}
+
+ReadBuffer CacheImpl::Assemble(uint64_t offset, uint64_t end, uint64_t first,
+                               const SourceFile& file, const std::vector<Piece>& pieces) {
+  const uint64_t chunk_size = options_.chunk_size;
+  // A chunk shorter than the identity's size says means the file shrank: the read
+  // ends there.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const uint64_t start = (first + i) * chunk_size;
+    if (pieces[i].bytes.size < ChunkLen(file, first + i)) {
+      end = std::min(end, start + pieces[i].bytes.size);
+    }
+  }
+  ReadBuffer out = EmptyBuffer();
+  if (end <= offset) return out;
+
+  const uint64_t last = (end - 1) / chunk_size;
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    const Piece& piece = pieces[chunk - first];
+    const uint64_t start = chunk * chunk_size;
+    const uint64_t used = std::min(end, start + piece.bytes.size) - std::max(offset, start);
+    out.tier = Slower(out.tier, piece.tier);
+    switch (piece.tier) {
+      case Tier::kRam: ++ram_hits_, ram_hit_bytes_ += used; break;
+      case Tier::kSsd: ++ssd_hits_, ssd_hit_bytes_ += used; break;
+      case Tier::kSource: ++misses_, miss_bytes_ += used; break;
+    }
+  }
+  out.size = end - offset;
+  if (first == last) {
+    const Piece& piece = pieces[0];
+    out.owner = piece.bytes.owner;
+    out.data = piece.bytes.data + (offset - first * chunk_size);
+    return out;
+  }
+  auto joined = std::make_shared<std::string>(out.size, '\0');
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    const Piece& piece = pieces[chunk - first];
+    const uint64_t start = chunk * chunk_size;
+    const uint64_t from = std::max(offset, start);
+    const uint64_t to = std::min(end, start + piece.bytes.size);
+    std::memcpy(joined->data() + (from - offset), piece.bytes.data + (from - start), to - from);
+  }
+  out.data = joined->data();
+  out.owner = std::move(joined);
+  return out;
+}
+
+CacheStats CacheImpl::Stats() const {
+  CacheStats s;
+  s.ram_hits = ram_hits_;
+  s.ram_hit_bytes = ram_hit_bytes_;
+  s.ssd_hits = ssd_hits_;
+  s.ssd_hit_bytes = ssd_hit_bytes_;
+  s.misses = misses_;
+  s.miss_bytes = miss_bytes_;
+  s.source_reads = source_reads_;
+  s.source_bytes = source_bytes_;
+  s.not_admitted = not_admitted_;
+  const RamTier::Stats ram = ram_->GetStats();
+  s.ram_bytes = ram.bytes;
+  s.ram_entries = ram.entries;
+  s.ram_evictions = ram.evictions;
+  s.stale_entries = ram.stale;
+  s.io_uring = io_->is_io_uring();
+  if (ssd_) {
+    const SsdStats ssd = ssd_->GetStats();
+    s.ssd_bytes = ssd.bytes;
+    s.ssd_entries = ssd.entries;
+    s.ssd_evictions = ssd.evictions;
+    s.ssd_writes = ssd.writes;
+    s.ssd_write_bytes = ssd.write_bytes;
+    s.ssd_writes_dropped = ssd.writes_dropped;
+    s.packs = ssd.packs;
+    s.packs_reclaimed = ssd.packs_reclaimed;
+    s.stale_entries += ssd.stale_entries;
+    s.corrupt_entries = ssd.corrupt_entries;
+    s.compressed_entries = ssd.compressed_entries;
+    s.ssd_read_errors = ssd.read_errors;
+    s.ssd_read_around = ssd.read_around_entries;
+    s.ssd_degraded = ssd.degraded;
+    s.ssd_degraded_reason = ssd.degraded_reason;
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options,
+                                                     std::shared_ptr<IoEngine> io,
+                                                     void (*tweak)(SsdTierOptions*)) {
+  EPOCHFS_RETURN_IF_ERROR(Validate(options));
+  auto ram = std::make_unique<RamTier>(options.ram_budget, MakePolicy(options.ram_policy));
+  std::unique_ptr<SsdTier> ssd;
+  if (options.disk_budget > 0) {
+    SsdTierOptions ssd_options{
+        .dir = options.cache_dir,
+        .disk_budget = options.disk_budget,
+        .pack_size = options.pack_size,
+        .min_compression_saving = options.min_compression_saving,
+        .min_free_bytes = options.min_free_bytes,
+        .sync_interval_ms = options.sync_interval_ms,
+    };
+    if (tweak != nullptr) tweak(&ssd_options);
+    Result<std::unique_ptr<SsdTier>> opened = SsdTier::Open(ssd_options, *io, ram.get());
+    if (!opened.ok()) return opened.status();
+    ssd = std::move(opened).value();
+  }
+  spdlog::info("cache: RAM budget {} bytes, SSD budget {} bytes, chunk {} bytes, {}",
+               options.ram_budget, options.disk_budget, options.chunk_size,
+               io->is_io_uring() ? "io_uring" : "pread (no io_uring)");
+  return std::unique_ptr<Cache>(
+      new CacheImpl(options, std::move(io), std::move(ram), std::move(ssd)));
+}
+
+Result<std::unique_ptr<Cache>> Cache::Open(const CacheOptions& options) {
+  return OpenCacheWithIoEngine(options, NewIoEngine(options.use_io_uring));
+}
+
+}  // namespace epochfs::cache
