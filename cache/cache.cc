@@ -2,6 +2,8 @@
 // "racily clean" admission rule. See cache.h for the contract.
 #include "cache/cache.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -13,9 +15,6 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "cache/cache_internal.h"
 #include "cache/chunk_bytes.h"
@@ -82,8 +81,10 @@ struct Inflight {
 
 std::unique_ptr<EvictionPolicy> MakePolicy(RamPolicy policy) {
   switch (policy) {
-    case RamPolicy::kStatic: return NewStaticPolicy();
-    case RamPolicy::kLru: break;
+    case RamPolicy::kStatic:
+      return NewStaticPolicy();
+    case RamPolicy::kLru:
+      break;
   }
   return NewLruPolicy();
 }
@@ -104,9 +105,9 @@ Status Validate(const CacheOptions& o) {
           fmt::format("pack_size {} cannot hold one chunk of {}", o.pack_size, o.chunk_size));
     }
     if (o.disk_budget < 8 * entry) {
-      return Status::InvalidArgument(fmt::format(
-          "disk_budget {} is too small for chunk_size {} (at least {})", o.disk_budget,
-          o.chunk_size, 8 * entry));
+      return Status::InvalidArgument(
+          fmt::format("disk_budget {} is too small for chunk_size {} (at least {})", o.disk_budget,
+                      o.chunk_size, 8 * entry));
     }
   }
   return Status::Ok();
@@ -114,8 +115,8 @@ Status Validate(const CacheOptions& o) {
 
 class CacheImpl final : public Cache {
  public:
-  CacheImpl(const CacheOptions& options, std::shared_ptr<IoEngine> io,
-            std::unique_ptr<RamTier> ram, std::unique_ptr<SsdTier> ssd)
+  CacheImpl(const CacheOptions& options, std::shared_ptr<IoEngine> io, std::unique_ptr<RamTier> ram,
+            std::unique_ptr<SsdTier> ssd)
       : options_(options), io_(std::move(io)), ram_(std::move(ram)), ssd_(std::move(ssd)) {}
 
   // ssd_ (declared last) goes first: it flushes and joins its writer while the RAM
@@ -222,6 +223,12 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
   for (const Claim& claim : claims) {
     if (!claim.leader) continue;
     const ChunkKey key = KeyOf(file, first + claim.i);
+    // A leader that finished just before we registered left the chunk in RAM.
+    if (std::optional<ChunkBytes> bytes = ram_->Lookup(key, file.id)) {
+      pieces[claim.i] = Piece{*bytes, Tier::kRam};
+      Publish(key, claim.inflight, true, pieces[claim.i]);
+      continue;
+    }
     std::optional<ChunkBytes> bytes = ssd_ ? ssd_->Lookup(key, file.id) : std::nullopt;
     if (bytes) {
       pieces[claim.i] = Piece{*bytes, Tier::kSsd};
@@ -330,9 +337,15 @@ ReadBuffer CacheImpl::Assemble(uint64_t offset, uint64_t end, uint64_t first,
     const uint64_t used = std::min(end, start + piece.bytes.size) - std::max(offset, start);
     out.tier = Slower(out.tier, piece.tier);
     switch (piece.tier) {
-      case Tier::kRam: ++ram_hits_, ram_hit_bytes_ += used; break;
-      case Tier::kSsd: ++ssd_hits_, ssd_hit_bytes_ += used; break;
-      case Tier::kSource: ++misses_, miss_bytes_ += used; break;
+      case Tier::kRam:
+        ++ram_hits_, ram_hit_bytes_ += used;
+        break;
+      case Tier::kSsd:
+        ++ssd_hits_, ssd_hit_bytes_ += used;
+        break;
+      case Tier::kSource:
+        ++misses_, miss_bytes_ += used;
+        break;
     }
   }
   out.size = end - offset;

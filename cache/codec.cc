@@ -1,12 +1,11 @@
 #include "cache/codec.h"
 
+#include <fmt/format.h>
 #include <lz4.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace epochfs::cache {
 
@@ -59,8 +58,8 @@ Result<std::string> Decode(Codec codec, std::span<const char> stored, uint32_t p
     case Codec::kLz4: {
       if (plain_len > static_cast<uint32_t>(LZ4_MAX_INPUT_SIZE) ||
           stored.size() > MaxStoredLen(plain_len)) {
-        return Status::Corruption(fmt::format("lz4 entry: implausible lengths {} -> {}",
-                                              stored.size(), plain_len));
+        return Status::Corruption(
+            fmt::format("lz4 entry: implausible lengths {} -> {}", stored.size(), plain_len));
       }
       plain.resize(plain_len);
       int n = LZ4_decompress_safe(stored.data(), plain.data(), static_cast<int>(stored.size()),

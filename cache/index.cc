@@ -1,8 +1,5 @@
 #include "cache/index.h"
 
-#include <chrono>
-#include <system_error>
-
 #include <fmt/format.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -11,6 +8,9 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <system_error>
 
 #include "cache/byte_order.h"
 
@@ -21,6 +21,9 @@ using namespace byte_order;
 namespace {
 
 constexpr char kChunkPrefix = 'c';
+// Written once the index holds everything the packs hold (after creation or a
+// rebuild). A database without it is new, or a rebuild was interrupted.
+constexpr std::string_view kInitialisedKey = "minitialised";
 constexpr size_t kKeySize = 1 + 8 + 8 + 4;
 constexpr uint8_t kValueVersion = 1;
 constexpr size_t kValueSize = 1 + 4 + 8 + 4 + 4 + 1 + 8 + 8 + 8 + 8;
@@ -165,9 +168,9 @@ Result<std::unique_ptr<Index>> Index::Open(const std::filesystem::path& dir) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
       return Status::Busy(fmt::format("index {} is in use: {}", dir.string(), s.ToString()));
     }
-    if (!(s.IsCorruption() || s.IsInvalidArgument() || s.IsNotSupported())) {
-      return FromRocks(s, "open index " + dir.string());
-    }
+    // Anything else means the database is damaged (corrupt or missing files). The
+    // index is only a cache of what the packs say, so start a fresh one; if the disk
+    // itself is failing, creating that one fails too and the error is returned.
     spdlog::warn("cannot open index {}: {}", dir.string(), s.ToString());
     EPOCHFS_RETURN_IF_ERROR(MoveAside(dir));
     s = rocksdb::DB::Open(options, dir.string(), &raw);
@@ -187,8 +190,8 @@ Result<std::optional<IndexRecord>> Index::Get(const ChunkKey& key) const {
   if (!s.ok()) return FromRocks(s, "index get");
   std::optional<IndexRecord> record = DecodeIndexValue(value);
   if (!record) {
-    return Status::Corruption(fmt::format("index record of ino {} chunk {} is undecodable",
-                                          key.ino, key.chunk));
+    return Status::Corruption(
+        fmt::format("index record of ino {} chunk {} is undecodable", key.ino, key.chunk));
   }
   return record;
 }
@@ -213,7 +216,7 @@ Status Index::Delete(const ChunkKey& key) {
 }
 
 Result<std::vector<std::pair<ChunkKey, IndexRecord>>> Index::DeleteFile(uint64_t dev,
-                                                                       uint64_t ino) {
+                                                                        uint64_t ino) {
   std::vector<std::pair<ChunkKey, IndexRecord>> deleted;
   std::string prefix = FilePrefix(dev, ino);
   rocksdb::WriteBatch wb;
@@ -251,10 +254,28 @@ Status Index::ForEach(const std::function<bool(const ChunkKey&, const IndexRecor
   return FromRocks(it->status(), "index scan");
 }
 
+bool Index::initialised() const {
+  std::string value;
+  return db_->db
+      ->Get(rocksdb::ReadOptions(), rocksdb::Slice(kInitialisedKey.data(), kInitialisedKey.size()),
+            &value)
+      .ok();
+}
+
+Status Index::MarkInitialised() {
+  rocksdb::WriteOptions sync_options;
+  sync_options.sync = true;
+  return FromRocks(
+      db_->db->Put(sync_options, rocksdb::Slice(kInitialisedKey.data(), kInitialisedKey.size()),
+                   "1"),
+      "index mark initialised");
+}
+
 bool Index::Empty() const {
   std::unique_ptr<rocksdb::Iterator> it(db_->db->NewIterator(rocksdb::ReadOptions()));
-  it->SeekToFirst();
-  return !it->Valid();
+  const std::string prefix(1, kChunkPrefix);
+  it->Seek(prefix);
+  return !(it->Valid() && it->key().starts_with(prefix));
 }
 
 Status Index::SyncWal() { return FromRocks(db_->db->FlushWAL(true), "index WAL sync"); }

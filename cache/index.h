@@ -5,7 +5,7 @@
 //   Key, 21 bytes:   'c' | dev (u64 BE) | ino (u64 BE) | chunk (u32 BE)
 //     Big-endian so that RocksDB's bytewise order is (dev, ino, chunk) order: all
 //     chunks of one file are one key range (DeleteFile). The prefix byte leaves
-//     room for other record kinds.
+//     room for other record kinds: 'm' marks metadata ("minitialised", below).
 //   Value, 54 bytes, little-endian:
 //     u8 version (1) | u32 pack id | u64 offset | u32 stored_len | u32 plain_len |
 //     u8 codec | u64 checksum | u64 size | i64 mtime_ns | i64 ctime_ns
@@ -69,8 +69,8 @@ struct IndexBatch {
 
 class Index {
  public:
-  // Opens or creates the index in `dir`. A database that fails to open as corrupt
-  // is moved aside to `<dir>.corrupt-<unix time>` (replacing an older one) and a
+  // Opens or creates the index in `dir`. A database that fails to open (corrupt,
+  // files missing) is moved aside to `<dir>.corrupt-<unix time>` (replacing an older one) and a
   // fresh one is created; recreated() then says so. Errors: kBusy (another process
   // holds it), kIoError.
   static Result<std::unique_ptr<Index>> Open(const std::filesystem::path& dir);
@@ -97,7 +97,16 @@ class Index {
   Status ForEach(const std::function<bool(const ChunkKey&, const IndexRecord&)>& fn,
                  const std::function<void(const ChunkKey&)>& on_bad = nullptr) const;
 
+  // Whether the index holds no chunk records.
   bool Empty() const;
+
+  // Whether MarkInitialised() was ever called on this database. A database that is
+  // not initialised is new (first start, or deleted, or moved aside) or its rebuild
+  // was interrupted: the SSD tier then rebuilds it from the packs. An initialised
+  // index may legitimately be empty (everything invalidated).
+  bool initialised() const;
+  // Records (synchronously) that the index now reflects the packs.
+  Status MarkInitialised();
 
   // Makes every write so far durable (syncs the WAL). Used before deleting a pack
   // whose records were just moved, so a crash cannot leave records to a missing pack.

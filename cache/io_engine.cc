@@ -1,6 +1,8 @@
 #include "cache/io_engine.h"
 
+#include <fmt/format.h>
 #include <liburing.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +14,6 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace epochfs::cache {
 namespace {
@@ -236,8 +235,8 @@ class IoUringIoEngine final : public IoEngine {
   Result<size_t> ReadAt(int fd, void* buf, size_t len, uint64_t offset) override {
     io_uring* ring = ThisThreadsRing();
     if (ring == nullptr) return PreadFully(fd, buf, len, offset);
-    Transfer x{.write = false, .fd = fd, .buf = static_cast<char*>(buf), .len = len,
-               .offset = offset};
+    Transfer x{
+        .write = false, .fd = fd, .buf = static_cast<char*>(buf), .len = len, .offset = offset};
     RunTransfers(ring, std::span<Transfer>(&x, 1));
     if (x.err != 0) return ErrnoStatus(x.err, "read", fd, offset + x.done);
     return x.done;
@@ -248,18 +247,19 @@ class IoUringIoEngine final : public IoEngine {
     if (ring == nullptr) return PreadIoEngine().ReadBatch(ops);
     std::vector<Transfer> xfers(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
-      xfers[i] = Transfer{.write = false, .fd = ops[i].fd,
-                          .buf = static_cast<char*>(ops[i].buf), .len = ops[i].len,
+      xfers[i] = Transfer{.write = false,
+                          .fd = ops[i].fd,
+                          .buf = static_cast<char*>(ops[i].buf),
+                          .len = ops[i].len,
                           .offset = ops[i].offset};
     }
     RunTransfers(ring, xfers);
     Status first;
     for (size_t i = 0; i < ops.size(); ++i) {
       ops[i].bytes_read = xfers[i].err == 0 ? xfers[i].done : 0;
-      ops[i].status = xfers[i].err == 0
-                          ? Status::Ok()
-                          : ErrnoStatus(xfers[i].err, "read", ops[i].fd,
-                                        ops[i].offset + xfers[i].done);
+      ops[i].status = xfers[i].err == 0 ? Status::Ok()
+                                        : ErrnoStatus(xfers[i].err, "read", ops[i].fd,
+                                                      ops[i].offset + xfers[i].done);
       if (!ops[i].status.ok() && first.ok()) first = ops[i].status;
     }
     return first;
@@ -269,8 +269,11 @@ class IoUringIoEngine final : public IoEngine {
     io_uring* ring = ThisThreadsRing();
     if (ring == nullptr) return PwriteFully(fd, buf, len, offset);
     // The kernel only reads from `buf`; Transfer's pointer is non-const for reads.
-    Transfer x{.write = true, .fd = fd, .buf = const_cast<char*>(static_cast<const char*>(buf)),
-               .len = len, .offset = offset};
+    Transfer x{.write = true,
+               .fd = fd,
+               .buf = const_cast<char*>(static_cast<const char*>(buf)),
+               .len = len,
+               .offset = offset};
     RunTransfers(ring, std::span<Transfer>(&x, 1));
     if (x.err != 0) return ErrnoStatus(x.err, "write", fd, offset + x.done);
     return Status::Ok();
@@ -289,9 +292,8 @@ class IoUringIoEngine final : public IoEngine {
     {
       // Rings made for engines that no longer exist are only reachable from here.
       std::lock_guard<std::mutex> lock(g_live_engines_mu);
-      std::erase_if(t_rings.rings, [](const auto& entry) {
-        return g_live_engines.count(entry.first) == 0;
-      });
+      std::erase_if(t_rings.rings,
+                    [](const auto& entry) { return g_live_engines.count(entry.first) == 0; });
     }
     int err = 0;
     std::unique_ptr<Ring> ring = Ring::Create(&err);

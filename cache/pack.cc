@@ -1,14 +1,13 @@
 #include "cache/pack.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <xxhash.h>
 
 #include "cache/byte_order.h"
 
@@ -273,8 +272,8 @@ Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
   Result<EntryHeader> header = DecodeEntryHeader(buf);
   if (!header.ok()) return WithLocation(header.status(), id_, offset);
   if (header->key != key || header->stored_len != stored_len) {
-    return Status::Corruption(fmt::format("pack {} offset {}: entry is not the indexed one", id_,
-                                          offset));
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: entry is not the indexed one", id_, offset));
   }
   Result<ChunkBytes> plain = DecodeEntryData(*header, *bytes, kEntryHeaderSize, true);
   if (!plain.ok()) return WithLocation(plain.status(), id_, offset);
@@ -313,8 +312,7 @@ Result<std::optional<PackScanner::Entry>> PackScanner::Next() {
     char raw_header[kEntryHeaderSize];
     Result<size_t> n = io_.ReadAt(fd_.get(), raw_header, sizeof(raw_header), pos_);
     if (!n.ok()) return n.status();
-    Result<EntryHeader> header =
-        DecodeEntryHeader(std::span<const char>(raw_header, *n));
+    Result<EntryHeader> header = DecodeEntryHeader(std::span<const char>(raw_header, *n));
     if (!header.ok()) {
       stop_reason_ = fmt::format("torn tail at {}: {}", pos_, header.status().message());
       done_ = true;

@@ -125,8 +125,7 @@ class PackWriter {
  public:
   // Creates `dir`/pack-NNNNNN.epk (which must not exist), writes the file header and
   // syncs the directory so that the file survives a crash.
-  static Result<std::unique_ptr<PackWriter>> Create(IoEngine& io,
-                                                    const std::filesystem::path& dir,
+  static Result<std::unique_ptr<PackWriter>> Create(IoEngine& io, const std::filesystem::path& dir,
                                                     uint32_t pack_id);
 
   // Appends one entry (header, then stored bytes) at the tail in one write and
@@ -185,8 +184,7 @@ class PackReader {
 // and reported through corrupt_entries().
 class PackScanner {
  public:
-  static Result<std::unique_ptr<PackScanner>> Open(IoEngine& io,
-                                                   const std::filesystem::path& path,
+  static Result<std::unique_ptr<PackScanner>> Open(IoEngine& io, const std::filesystem::path& path,
                                                    uint32_t pack_id);
 
   struct Entry {

@@ -69,11 +69,11 @@ class RamTier {
 
   const uint64_t budget_;
   mutable std::mutex mu_;
-  Map entries_;                              // GUARDED_BY(mu_)
-  std::unique_ptr<EvictionPolicy> policy_;   // GUARDED_BY(mu_)
-  uint64_t bytes_ = 0;                       // GUARDED_BY(mu_)
-  uint64_t evictions_ = 0;                   // GUARDED_BY(mu_)
-  uint64_t stale_ = 0;                       // GUARDED_BY(mu_)
+  Map entries_;                             // GUARDED_BY(mu_)
+  std::unique_ptr<EvictionPolicy> policy_;  // GUARDED_BY(mu_)
+  uint64_t bytes_ = 0;                      // GUARDED_BY(mu_)
+  uint64_t evictions_ = 0;                  // GUARDED_BY(mu_)
+  uint64_t stale_ = 0;                      // GUARDED_BY(mu_)
 };
 
 }  // namespace epochfs::cache

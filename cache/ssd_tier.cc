@@ -1,14 +1,13 @@
 #include "cache/ssd_tier.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <set>
 #include <system_error>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "cache/codec.h"
 
@@ -101,8 +100,9 @@ Status SsdTier::Recover() {
   if (!index.ok()) return index.status();
   index_ = std::move(index).value();
 
-  const bool rebuild = index_->recreated() || (index_->Empty() && !pack_sizes.empty());
+  const bool rebuild = !index_->initialised() && !pack_sizes.empty();
   if (rebuild) EPOCHFS_RETURN_IF_ERROR(RebuildIndex(pack_sizes));
+  if (!index_->initialised()) EPOCHFS_RETURN_IF_ERROR(index_->MarkInitialised());
 
   std::lock_guard<std::mutex> lock(meta_mu_);
   for (const auto& [id, size] : pack_sizes) {
@@ -272,9 +272,15 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
   Result<std::shared_ptr<PackReader>> reader = ReaderFor(rec.pack_id);
   if (!reader.ok()) {
     switch (reader.status().code()) {
-      case Code::kNotFound: DropRecord(key, rec, DropReason::kMissingPack); break;
-      case Code::kCorruption: DropRecord(key, rec, DropReason::kCorrupt); break;
-      default: ++read_errors_; break;
+      case Code::kNotFound:
+        DropRecord(key, rec, DropReason::kMissingPack);
+        break;
+      case Code::kCorruption:
+        DropRecord(key, rec, DropReason::kCorrupt);
+        break;
+      default:
+        ++read_errors_;
+        break;
     }
     return std::nullopt;
   }
@@ -307,20 +313,20 @@ Result<ChunkBytes> SsdTier::ReadWithNeighbours(const PackReader& reader, const C
   const std::string& bytes = **buf;
   const size_t at = rec.offset - start;
   if (bytes.size() < at + EntryLen(rec)) {
-    return Status::Corruption(fmt::format("pack {} offset {}: short read", rec.pack_id,
-                                          rec.offset));
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: short read", rec.pack_id, rec.offset));
   }
   Result<EntryHeader> header = DecodeEntryHeader(std::span<const char>(bytes).subspan(at));
   if (!header.ok() || header->key != key || header->stored_len != rec.stored_len) {
-    return Status::Corruption(fmt::format(
-        "pack {} offset {}: {}", rec.pack_id, rec.offset,
-        header.ok() ? "entry is not the indexed one" : header.status().message()));
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset,
+                    header.ok() ? "entry is not the indexed one" : header.status().message()));
   }
   // Copy rather than share: the target must not pin the whole window in RAM.
   Result<ChunkBytes> target = DecodeEntryData(*header, *buf, at + kEntryHeaderSize, false);
   if (!target.ok()) {
-    return Status::Corruption(fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset,
-                                          target.status().message()));
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset, target.status().message()));
   }
   for (const FoundEntry& e : FindEntries(bytes, start)) {
     if (e.offset == rec.offset || e.header.key == key) continue;
@@ -348,8 +354,7 @@ void SsdTier::DropRecord(const ChunkKey& key, const IndexRecord& record, DropRea
     std::lock_guard<std::mutex> lock(meta_mu_);
     // Only the record we looked at: a writer may have replaced it meanwhile.
     Result<std::optional<IndexRecord>> current = index_->Get(key);
-    if (current.ok() && *current && (*current)->SameLocation(record) &&
-        index_->Delete(key).ok()) {
+    if (current.ok() && *current && (*current)->SameLocation(record) && index_->Delete(key).ok()) {
       AddLiveLocked(record, -1);
       full_ = false;  // dead bytes may now be worth compacting
       dropped = true;
@@ -357,9 +362,15 @@ void SsdTier::DropRecord(const ChunkKey& key, const IndexRecord& record, DropRea
   }
   if (!dropped) return;  // someone else dropped (and counted) it
   switch (reason) {
-    case DropReason::kStale: ++stale_; break;
-    case DropReason::kCorrupt: ++corrupt_; break;
-    case DropReason::kMissingPack: ++read_errors_; break;
+    case DropReason::kStale:
+      ++stale_;
+      break;
+    case DropReason::kCorrupt:
+      ++corrupt_;
+      break;
+    case DropReason::kMissingPack:
+      ++read_errors_;
+      break;
   }
 }
 
@@ -478,8 +489,8 @@ void SsdTier::WriterLoop() {
     if (unsynced_.empty()) {
       work_cv_.wait(lock);
     } else {
-      work_cv_.wait_until(lock,
-                          first_unsynced_at_ + std::chrono::milliseconds(options_.sync_interval_ms));
+      work_cv_.wait_until(
+          lock, first_unsynced_at_ + std::chrono::milliseconds(options_.sync_interval_ms));
     }
   }
   // Release Flush() callers that arrived after the last round.
@@ -490,15 +501,17 @@ void SsdTier::WriterLoop() {
 bool SsdTier::DegradedNow() const { return degraded_ && NowNs() < retry_at_ns_; }
 
 void SsdTier::EnterDegraded(const Status& why) {
-  retry_at_ns_ = NowNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               options_.degraded_retry)
-                               .count();
+  retry_at_ns_ =
+      NowNs() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.degraded_retry).count();
   {
     std::lock_guard<std::mutex> lock(reason_mu_);
     degraded_status_ = why.code() == Code::kNoSpace ? Status::NoSpace(why.message())
                                                     : Status::IoError(why.message(), why.err());
   }
-  if (!degraded_.exchange(true)) {
+  degraded_ = true;
+  // One warning per episode: a retry that fails again stays quiet.
+  if (!degraded_logged_.exchange(true)) {
     spdlog::warn("cache SSD tier degraded, no more writes (reads unaffected; retry in {} s): {}",
                  options_.degraded_retry.count() / 1000, why.ToString());
   }
@@ -512,8 +525,8 @@ bool SsdTier::FreeSpaceOk(std::string* reason) const {
   }
   const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
   if (free_bytes < options_.min_free_bytes) {
-    *reason = fmt::format("cache filesystem has {} bytes free, below min_free_bytes {}",
-                          free_bytes, options_.min_free_bytes);
+    *reason = fmt::format("cache filesystem has {} bytes free, below min_free_bytes {}", free_bytes,
+                          options_.min_free_bytes);
     return false;
   }
   return true;
@@ -541,8 +554,7 @@ void SsdTier::WriteItem(Item item) {
       DropItem(item);
       return;
     }
-    degraded_ = false;
-    spdlog::info("cache SSD tier: writing again");
+    degraded_ = false;  // try again; "writing again" is logged once a sync succeeds
   }
   if (bytes_since_space_check_ >= kSpaceCheckEveryBytes) {
     bytes_since_space_check_ = 0;
@@ -583,8 +595,7 @@ void SsdTier::WriteItem(Item item) {
   if (encoded.codec == Codec::kLz4) ++compressed_;
 }
 
-Result<uint64_t> SsdTier::AppendToActive(const EntryHeader* header,
-                                         std::span<const char> bytes) {
+Result<uint64_t> SsdTier::AppendToActive(const EntryHeader* header, std::span<const char> bytes) {
   const uint64_t entry_len = header != nullptr ? kEntryHeaderSize + bytes.size() : bytes.size();
   if (!EnsureActivePack(entry_len)) return Status::NoSpace("no pack to write to");
   Result<uint64_t> offset =
@@ -683,6 +694,9 @@ void SsdTier::SyncAndIndex() {
     Status st = index_->Write(batch);
     if (st.ok()) {
       for (const auto& [record, sign] : live_deltas) AddLiveLocked(record, sign);
+      if (!degraded_ && degraded_logged_.exchange(false)) {
+        spdlog::info("cache SSD tier: writing again");
+      }
     } else {
       EnterDegraded(st);  // the pack bytes stay; a rebuild would find them
     }
@@ -726,9 +740,10 @@ bool SsdTier::MakeRoom(uint64_t need) {
     if (!have_victim || victim_live_fraction >= 0.5) {
       full_ = true;
       if (!full_logged_.exchange(true)) {
-        spdlog::info("cache SSD tier is full of live data; admitting nothing new until "
-                     "entries die (budget {} bytes)",
-                     options_.disk_budget);
+        spdlog::info(
+            "cache SSD tier is full of live data; admitting nothing new until "
+            "entries die (budget {} bytes)",
+            options_.disk_budget);
       }
       return false;
     }

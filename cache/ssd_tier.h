@@ -30,7 +30,7 @@
 // "degraded": one warning, no writes, reads unaffected, a retry every
 // degraded_retry.
 //
-// Start-up. A missing, empty or corrupt index is rebuilt by scanning every pack
+// Start-up. A missing, never-completed or corrupt index is rebuilt by scanning every pack
 // (latest entry of a key wins; data checksums verified). Records pointing at missing
 // packs are dropped. Live bytes per pack are recounted from the index. Packs are
 // never appended to after a restart: the first write starts a new pack. If the packs
@@ -197,9 +197,9 @@ class SsdTier {
   std::atomic<bool> full_{false};       // no room and nothing worth compacting
 
   mutable std::mutex queue_mu_;
-  std::condition_variable work_cv_;     // the writer waits here
-  std::condition_variable flushed_cv_;  // Flush() waits here
-  std::deque<Item> queue_;              // GUARDED_BY(queue_mu_)
+  std::condition_variable work_cv_;                              // the writer waits here
+  std::condition_variable flushed_cv_;                           // Flush() waits here
+  std::deque<Item> queue_;                                       // GUARDED_BY(queue_mu_)
   std::unordered_map<ChunkKey, Pending, ChunkKeyHash> pending_;  // GUARDED_BY(queue_mu_)
   uint64_t pending_bytes_ = 0;                                   // GUARDED_BY(queue_mu_)
   uint64_t next_seq_ = 1;                                        // GUARDED_BY(queue_mu_)
@@ -217,7 +217,8 @@ class SsdTier {
 
   // Degraded state: set by the writer, read anywhere.
   std::atomic<bool> degraded_{false};
-  std::atomic<int64_t> retry_at_ns_{0};  // steady_clock
+  std::atomic<bool> degraded_logged_{false};  // the warning of this episode is out
+  std::atomic<int64_t> retry_at_ns_{0};       // steady_clock
   mutable std::mutex reason_mu_;
   Status degraded_status_;  // GUARDED_BY(reason_mu_); why the tier is degraded
 

@@ -60,8 +60,8 @@ std::string RandomBytes(size_t n, uint64_t seed) {
 }
 
 std::string TextBytes(size_t n, uint64_t seed) {
-  static const char* kWords[] = {"epoch ", "sample ", "tensor ", "shuffle ", "batch ",
-                                 "gradient ", "loader ", "cache "};
+  static const char* kWords[] = {"epoch ", "sample ",   "tensor ", "shuffle ",
+                                 "batch ", "gradient ", "loader ", "cache "};
   std::mt19937_64 rng(seed);
   std::string out;
   out.reserve(n + 16);

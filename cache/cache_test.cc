@@ -1,0 +1,617 @@
+// End-to-end tests of the Cache on real files in a temporary directory: every tier,
+// restarts, changed files, damaged packs, a full disk and concurrent readers. The
+// suite runs once with the pread engine and once with io_uring.
+#include "cache/cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cache/cache_internal.h"
+#include "cache/testing/fault_io_engine.h"
+#include "cache/testing/test_files.h"
+
+namespace epochfs::cache {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FaultInjectingIoEngine;
+using testing::OpenSource;
+using testing::OpenSourceFile;
+using testing::RandomBytes;
+using testing::TempDir;
+using testing::TextBytes;
+using testing::WaitUntilFilesSettle;
+using testing::WriteFile;
+
+class CacheTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { fs::create_directories(dir_ / "src"); }
+
+  CacheOptions Options() const {
+    CacheOptions o;
+    o.cache_dir = dir_ / "cache";
+    o.ram_budget = 64 << 20;
+    o.disk_budget = 64 << 20;
+    o.chunk_size = 256 << 10;
+    o.pack_size = 4 << 20;
+    o.use_io_uring = GetParam();
+    o.min_free_bytes = 0;
+    o.sync_interval_ms = 50;
+    return o;
+  }
+
+  std::unique_ptr<Cache> OpenCache(const CacheOptions& o) {
+    Result<std::unique_ptr<Cache>> cache = Cache::Open(o);
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    return cache.ok() ? std::move(cache).value() : nullptr;
+  }
+  std::unique_ptr<Cache> OpenCacheWith(const CacheOptions& o, std::shared_ptr<IoEngine> io) {
+    Result<std::unique_ptr<Cache>> cache = OpenCacheWithIoEngine(o, std::move(io));
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    return cache.ok() ? std::move(cache).value() : nullptr;
+  }
+
+  fs::path Src(const std::string& name) const { return dir_ / "src" / name; }
+
+  // Reads [offset, offset + length) through the cache; records the tier used.
+  static std::string Read(Cache& cache, const SourceFile& file, uint64_t offset, size_t length,
+                          Tier* tier = nullptr) {
+    Result<ReadBuffer> buf = cache.Read(file, offset, length);
+    EXPECT_TRUE(buf.ok()) << buf.status().ToString();
+    if (!buf.ok()) return {};
+    if (tier) *tier = buf->tier;
+    return std::string(buf->data, buf->size);
+  }
+  static std::string ReadWhole(Cache& cache, const OpenSource& src, Tier* tier = nullptr) {
+    return Read(cache, src.file, 0, src.file.id.size, tier);
+  }
+
+  uint64_t PackBytesOnDisk() const {
+    uint64_t total = 0;
+    for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) {
+      total += e.file_size();
+    }
+    return total;
+  }
+
+  TempDir dir_;
+};
+
+TEST_P(CacheTest, MissThenRamHitThenSsdHitAfterReopen) {
+  const std::vector<std::string> contents = {RandomBytes(100'000, 1), TextBytes(50'000, 2),
+                                             RandomBytes(10, 3)};
+  for (size_t i = 0; i < contents.size(); ++i) WriteFile(Src(std::to_string(i)), contents[i]);
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    ASSERT_TRUE(cache);
+    for (size_t i = 0; i < contents.size(); ++i) {
+      OpenSource src = OpenSourceFile(Src(std::to_string(i)));
+      Tier tier;
+      EXPECT_EQ(ReadWhole(*cache, src, &tier), contents[i]);
+      EXPECT_EQ(tier, Tier::kSource);
+      EXPECT_EQ(ReadWhole(*cache, src, &tier), contents[i]);
+      EXPECT_EQ(tier, Tier::kRam);
+    }
+    ASSERT_TRUE(cache->Flush().ok());
+    CacheStats s = cache->Stats();
+    EXPECT_EQ(s.source_reads, 3u);
+    EXPECT_EQ(s.misses, 3u);
+    EXPECT_EQ(s.ram_hits, 3u);
+    EXPECT_EQ(s.ram_hit_bytes, 150'010u);
+    EXPECT_EQ(s.not_admitted, 0u);
+    EXPECT_EQ(s.ssd_writes, 3u);
+    EXPECT_EQ(s.ssd_entries, 3u);
+    EXPECT_EQ(s.compressed_entries, 1u);  // the text
+    EXPECT_EQ(s.packs, 1u);
+    EXPECT_EQ(s.io_uring, GetParam() && NewIoUringIoEngine().ok());
+  }
+  auto cache = OpenCache(Options());
+  ASSERT_TRUE(cache);
+  for (size_t i = 0; i < contents.size(); ++i) {
+    OpenSource src = OpenSourceFile(Src(std::to_string(i)));
+    Tier tier;
+    EXPECT_EQ(ReadWhole(*cache, src, &tier), contents[i]);
+    EXPECT_NE(tier, Tier::kSource);
+  }
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.source_reads, 0u);
+  EXPECT_GE(s.ssd_hits, 1u);
+  EXPECT_EQ(s.ssd_hits + s.ram_hits, 3u);  // read-around may have moved some to RAM
+  EXPECT_EQ(s.ssd_entries, 3u);
+}
+
+TEST_P(CacheTest, ChangedFileIsAMissWithFreshBytes) {
+  WriteFile(Src("f"), RandomBytes(80'000, 1));
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(Options());
+  ASSERT_TRUE(cache);
+  {
+    OpenSource src = OpenSourceFile(Src("f"));
+    ReadWhole(*cache, src);
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  const std::string fresh = RandomBytes(90'000, 2);
+  WriteFile(Src("f"), fresh);
+  WaitUntilFilesSettle();
+  OpenSource src = OpenSourceFile(Src("f"));
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), fresh);
+  EXPECT_EQ(tier, Tier::kSource);
+  EXPECT_GE(cache->Stats().stale_entries, 1u);
+  ASSERT_TRUE(cache->Flush().ok());
+
+  // Same size, new bytes: mtime/ctime still tell the versions apart.
+  const std::string same_size = RandomBytes(90'000, 3);
+  WriteFile(Src("f"), same_size);
+  WaitUntilFilesSettle();
+  OpenSource again = OpenSourceFile(Src("f"));
+  EXPECT_EQ(ReadWhole(*cache, again, &tier), same_size);
+  EXPECT_EQ(tier, Tier::kSource);
+  ASSERT_TRUE(cache->Flush().ok());
+  cache.reset();
+
+  // After a restart the SSD tier serves the latest version only.
+  cache = OpenCache(Options());
+  EXPECT_EQ(ReadWhole(*cache, again, &tier), same_size);
+  EXPECT_EQ(tier, Tier::kSsd);
+}
+
+TEST_P(CacheTest, FlippedPackByteIsCorruptAndServedFromSource) {
+  const std::string content = RandomBytes(100'000, 4);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    OpenSource src = OpenSourceFile(Src("f"));
+    ReadWhole(*cache, src);
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  std::vector<fs::path> packs;
+  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
+  ASSERT_EQ(packs.size(), 1u);
+  {
+    std::fstream f(packs[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1000, std::ios::end);
+    char c;
+    f.get(c);
+    f.seekp(-1000, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x20));
+  }
+  auto cache = OpenCache(Options());
+  OpenSource src = OpenSourceFile(Src("f"));
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kSource);
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.corrupt_entries, 1u);
+  EXPECT_EQ(s.source_reads, 1u);
+  // Re-admitted: the next read is a RAM hit, and the damaged record is gone.
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kRam);
+  ASSERT_TRUE(cache->Flush().ok());
+  EXPECT_EQ(cache->Stats().ssd_entries, 1u);  // the fresh copy
+}
+
+TEST_P(CacheTest, LargeFileAcrossChunkBoundariesIsByteExact) {
+  CacheOptions o = Options();
+  o.chunk_size = 64 << 10;
+  const std::string content = RandomBytes((1 << 20) + 12345, 5);
+  WriteFile(Src("big"), content);
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(o);
+  OpenSource src = OpenSourceFile(Src("big"));
+  std::mt19937_64 rng(6);
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t off = rng() % (content.size() + 1000);
+    const size_t len = rng() % (300 << 10);
+    const std::string got = Read(*cache, src.file, off, len);
+    const std::string want = off < content.size() ? content.substr(off, len) : std::string();
+    ASSERT_EQ(got.size(), want.size()) << "offset " << off << " length " << len;
+    ASSERT_TRUE(got == want) << "offset " << off << " length " << len;
+  }
+  EXPECT_EQ(ReadWhole(*cache, src), content);
+  // Past the end: empty, not an error.
+  Result<ReadBuffer> past = cache->Read(src.file, content.size(), 100);
+  ASSERT_TRUE(past.ok());
+  EXPECT_EQ(past->size, 0u);
+  // Each chunk was read from the source exactly once (17 chunks).
+  EXPECT_EQ(cache->Stats().source_reads, 17u);
+
+  // A read inside one chunk points into the chunk's shared buffer (no copy); one
+  // across two chunks is a fresh buffer.
+  Result<ReadBuffer> a = cache->Read(src.file, 100, 1000);
+  Result<ReadBuffer> b = cache->Read(src.file, 5000, 1000);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->owner.get(), b->owner.get());
+  EXPECT_EQ(b->data - a->data, 4900);
+  Result<ReadBuffer> across = cache->Read(src.file, (64 << 10) - 10, 20);
+  ASSERT_TRUE(across.ok());
+  EXPECT_NE(across->owner.get(), a->owner.get());
+  EXPECT_EQ(std::string(across->data, across->size), content.substr((64 << 10) - 10, 20));
+}
+
+TEST_P(CacheTest, SsdBudgetIsNeverExceededAndDeadBytesAreReclaimed) {
+  CacheOptions o = Options();
+  o.ram_budget = 0;  // every repeated read goes to the SSD tier
+  o.chunk_size = 64 << 10;
+  o.disk_budget = 2 << 20;
+  o.pack_size = 256 << 10;
+  constexpr int kFiles = 24;
+  std::vector<std::string> contents;
+  for (int i = 0; i < kFiles; ++i) {
+    contents.push_back(RandomBytes(60'000, 100 + i));
+    WriteFile(Src(std::to_string(i)), contents.back());
+  }
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(o);
+  auto read_all = [&] {
+    for (int i = 0; i < kFiles; ++i) {
+      OpenSource src = OpenSourceFile(Src(std::to_string(i)));
+      ASSERT_EQ(ReadWhole(*cache, src), contents[i]) << i;
+    }
+    ASSERT_TRUE(cache->Flush().ok());
+    EXPECT_LE(cache->Stats().ssd_bytes, o.disk_budget);
+    EXPECT_LE(PackBytesOnDisk(), o.disk_budget);
+  };
+  read_all();
+  EXPECT_EQ(cache->Stats().ssd_entries, static_cast<uint64_t>(kFiles));
+
+  // Rewrite two files in three: their old entries die, and room for the new ones must
+  // come from compacting packs that are now mostly dead.
+  for (int i = 0; i < kFiles; ++i) {
+    if (i % 3 == 0) continue;
+    contents[i] = RandomBytes(60'000, 200 + i);
+    WriteFile(Src(std::to_string(i)), contents[i]);
+  }
+  WaitUntilFilesSettle();
+  read_all();
+  CacheStats s = cache->Stats();
+  EXPECT_GT(s.packs_reclaimed, 0u);
+  EXPECT_GE(s.stale_entries, 16u);
+
+  // More data than the budget: the tier fills up and then admits nothing new.
+  std::vector<std::string> more;
+  for (int i = 0; i < 40; ++i) {
+    more.push_back(RandomBytes(60'000, 300 + i));
+    WriteFile(Src("more" + std::to_string(i)), more.back());
+  }
+  WaitUntilFilesSettle();
+  for (int i = 0; i < 40; ++i) {
+    OpenSource src = OpenSourceFile(Src("more" + std::to_string(i)));
+    ASSERT_EQ(ReadWhole(*cache, src), more[i]);
+  }
+  ASSERT_TRUE(cache->Flush().ok());
+  s = cache->Stats();
+  EXPECT_GT(s.ssd_writes_dropped, 0u);
+  EXPECT_LE(s.ssd_bytes, o.disk_budget);
+  EXPECT_LE(PackBytesOnDisk(), o.disk_budget);
+  cache.reset();
+
+  // Everything still reads back exactly after a restart.
+  cache = OpenCache(o);
+  read_all();
+  for (int i = 0; i < 40; ++i) {
+    OpenSource src = OpenSourceFile(Src("more" + std::to_string(i)));
+    ASSERT_EQ(ReadWhole(*cache, src), more[i]);
+  }
+}
+
+TEST_P(CacheTest, FullDiskDegradesButReadsStayCorrect) {
+  auto io = std::make_shared<FaultInjectingIoEngine>(NewIoEngine(GetParam()));
+  io->FailWrites(ENOSPC);
+  const std::string content = RandomBytes(70'000, 7);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  CacheOptions o = Options();
+  o.ram_budget = 0;
+  auto cache = OpenCacheWith(o, io);
+  ASSERT_TRUE(cache);
+  OpenSource src = OpenSourceFile(Src("f"));
+  EXPECT_EQ(ReadWhole(*cache, src), content);
+  Status flushed = cache->Flush();
+  EXPECT_EQ(flushed.code(), Code::kNoSpace) << flushed.ToString();
+  CacheStats s = cache->Stats();
+  EXPECT_TRUE(s.ssd_degraded);
+  EXPECT_NE(s.ssd_degraded_reason.find("injected write fault"), std::string::npos)
+      << s.ssd_degraded_reason;
+  EXPECT_GT(io->failed_writes(), 0u);
+  // Reads keep working (from the source) and further writes are not attempted.
+  const uint64_t writes_before = io->writes();
+  for (int i = 0; i < 3; ++i) {
+    Tier tier;
+    EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+    EXPECT_EQ(tier, Tier::kSource);
+  }
+  ASSERT_FALSE(cache->Flush().ok());
+  EXPECT_EQ(io->writes(), writes_before);
+  EXPECT_GE(cache->Stats().ssd_writes_dropped, 3u);
+}
+
+TEST_P(CacheTest, LowFreeSpaceDegrades) {
+  CacheOptions o = Options();
+  o.min_free_bytes = uint64_t{1} << 62;  // more than any disk has
+  WriteFile(Src("f"), "some bytes");
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(o);
+  OpenSource src = OpenSourceFile(Src("f"));
+  EXPECT_EQ(ReadWhole(*cache, src), "some bytes");
+  EXPECT_EQ(cache->Flush().code(), Code::kNoSpace);
+  CacheStats s = cache->Stats();
+  EXPECT_TRUE(s.ssd_degraded);
+  EXPECT_NE(s.ssd_degraded_reason.find("min_free_bytes"), std::string::npos);
+  EXPECT_EQ(s.packs, 0u);
+  // The RAM tier still works.
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), "some bytes");
+  EXPECT_EQ(tier, Tier::kRam);
+}
+
+TEST_P(CacheTest, DegradedTierResumesAfterTheRetryDelay) {
+  auto io = std::make_shared<FaultInjectingIoEngine>(NewIoEngine(GetParam()));
+  io->FailWrites(EIO);
+  CacheOptions o = Options();
+  o.ram_budget = 0;
+  Result<std::unique_ptr<Cache>> opened = OpenCacheWithIoEngine(
+      o, io, [](SsdTierOptions* t) { t->degraded_retry = std::chrono::milliseconds(100); });
+  ASSERT_TRUE(opened.ok());
+  Cache& cache = **opened;
+  WriteFile(Src("a"), RandomBytes(5000, 1));
+  WriteFile(Src("b"), RandomBytes(5000, 2));
+  WaitUntilFilesSettle();
+  OpenSource a = OpenSourceFile(Src("a"));
+  ReadWhole(cache, a);
+  EXPECT_EQ(cache.Flush().code(), Code::kIoError);
+  io->FailWrites(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  OpenSource b = OpenSourceFile(Src("b"));
+  ReadWhole(cache, b);
+  EXPECT_TRUE(cache.Flush().ok());
+  EXPECT_FALSE(cache.Stats().ssd_degraded);
+  Tier tier;
+  ReadWhole(cache, b, &tier);
+  EXPECT_EQ(tier, Tier::kSsd);
+}
+
+TEST_P(CacheTest, RacilyCleanFileIsServedButNotAdmitted) {
+  auto cache = OpenCache(Options());
+  const std::string content = RandomBytes(30'000, 8);
+  WriteFile(Src("fresh"), content);  // ctime is "now"
+  OpenSource src = OpenSourceFile(Src("fresh"));
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kSource);
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kSource);
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.not_admitted, 2u);
+  EXPECT_EQ(s.source_reads, 2u);
+  EXPECT_EQ(s.ram_entries, 0u);
+  ASSERT_TRUE(cache->Flush().ok());
+  EXPECT_EQ(cache->Stats().ssd_writes, 0u);
+  // Once the ctime is safely in the past, the same file is admitted.
+  WaitUntilFilesSettle();
+  ReadWhole(*cache, src);
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kRam);
+}
+
+TEST_P(CacheTest, FileThatShrankUnderneathIsServedShortAndNotAdmitted) {
+  const std::string content = RandomBytes(100'000, 9);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(Options());
+  OpenSource src = OpenSourceFile(Src("f"));  // identity says 100'000 bytes
+  ASSERT_EQ(::truncate(Src("f").c_str(), 40'000), 0);
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content.substr(0, 40'000));
+  EXPECT_EQ(cache->Stats().not_admitted, 1u);
+  EXPECT_EQ(cache->Stats().ram_entries, 0u);
+}
+
+TEST_P(CacheTest, SourceErrorsFailTheReadAndOnlyThatRead) {
+  auto io = std::make_shared<FaultInjectingIoEngine>(NewIoEngine(GetParam()));
+  CacheOptions o = Options();
+  o.disk_budget = 0;  // only source reads go through the engine
+  auto cache = OpenCacheWith(o, io);
+  const std::string content = RandomBytes(1000, 10);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  OpenSource src = OpenSourceFile(Src("f"));
+  io->FailNthRead(1, EIO);
+  Result<ReadBuffer> failed = cache->Read(src.file, 0, 1000);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), Code::kIoError);
+  EXPECT_EQ(failed.status().err(), EIO);
+  EXPECT_EQ(ReadWhole(*cache, src), content);
+}
+
+TEST_P(CacheTest, FailedPackReadIsAMissAndCounted) {
+  const std::string content = RandomBytes(50'000, 11);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    OpenSource src = OpenSourceFile(Src("f"));
+    ReadWhole(*cache, src);
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  auto io = std::make_shared<FaultInjectingIoEngine>(NewIoEngine(GetParam()));
+  auto cache = OpenCacheWith(Options(), io);
+  io->FailNthRead(2, EIO);  // 1: the pack's file header, 2: the entry
+  OpenSource src = OpenSourceFile(Src("f"));
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kSource);
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.ssd_read_errors, 1u);
+  EXPECT_EQ(s.corrupt_entries, 0u);
+  EXPECT_EQ(s.source_reads, 1u);
+}
+
+TEST_P(CacheTest, ReadRightAfterAFillFindsThePendingEntry) {
+  CacheOptions o = Options();
+  o.ram_budget = 0;
+  o.sync_interval_ms = 60'000;  // nothing reaches the index during the test
+  auto cache = OpenCache(o);
+  const std::string content = RandomBytes(40'000, 12);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  OpenSource src = OpenSourceFile(Src("f"));
+  ReadWhole(*cache, src);
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kSsd);
+  EXPECT_EQ(cache->Stats().source_reads, 1u);
+}
+
+TEST_P(CacheTest, InvalidateDropsEveryTier) {
+  const std::string content = RandomBytes(40'000, 13);
+  WriteFile(Src("f"), content);
+  WaitUntilFilesSettle();
+  OpenSource src = OpenSourceFile(Src("f"));
+  {
+    auto cache = OpenCache(Options());
+    ReadWhole(*cache, src);
+    ASSERT_TRUE(cache->Flush().ok());
+    EXPECT_EQ(cache->Stats().ssd_entries, 1u);
+    cache->Invalidate(src.file.id.dev, src.file.id.ino);
+    EXPECT_EQ(cache->Stats().ssd_entries, 0u);
+    EXPECT_EQ(cache->Stats().ram_entries, 0u);
+  }
+  auto cache = OpenCache(Options());
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
+  EXPECT_EQ(tier, Tier::kSource);
+}
+
+TEST_P(CacheTest, IndexIsRebuiltFromPacks) {
+  std::vector<std::string> contents;
+  for (int i = 0; i < 5; ++i) {
+    contents.push_back(i % 2 ? TextBytes(30'000, i) : RandomBytes(30'000, i));
+    WriteFile(Src(std::to_string(i)), contents.back());
+  }
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    for (int i = 0; i < 5; ++i) ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))));
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  fs::remove_all(dir_ / "cache" / "index");
+  auto cache = OpenCache(Options());
+  EXPECT_EQ(cache->Stats().ssd_entries, 5u);
+  for (int i = 0; i < 5; ++i) {
+    Tier tier;
+    EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
+    EXPECT_NE(tier, Tier::kSource);
+  }
+  EXPECT_EQ(cache->Stats().source_reads, 0u);
+}
+
+TEST_P(CacheTest, ReadAroundMovesNeighboursToRam) {
+  constexpr int kFiles = 30;
+  std::vector<std::string> contents;
+  for (int i = 0; i < kFiles; ++i) {
+    contents.push_back(RandomBytes(20'000, 400 + i));
+    WriteFile(Src(std::to_string(i)), contents.back());
+  }
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    for (int i = 0; i < kFiles; ++i) ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))));
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  auto cache = OpenCache(Options());
+  int ram = 0;
+  for (int i = 0; i < kFiles; ++i) {
+    Tier tier;
+    ASSERT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
+    ram += tier == Tier::kRam;
+  }
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.source_reads, 0u);
+  EXPECT_GT(s.ssd_read_around, 0u);
+  // 30 entries of ~20 KB in 256 KiB windows: a handful of SSD reads serve them all.
+  EXPECT_GE(ram, kFiles / 2);
+  EXPECT_LE(s.ssd_hits, 8u);
+}
+
+TEST_P(CacheTest, ConcurrentReadersOfOneFileReadEachChunkOnce) {
+  CacheOptions o = Options();
+  o.chunk_size = 64 << 10;
+  const std::string content = RandomBytes(2 << 20, 14);  // 32 chunks
+  WriteFile(Src("big"), content);
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(o);
+  OpenSource src = OpenSourceFile(Src("big"));
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> offsets;
+      for (uint64_t off = 0; off < content.size(); off += 16 << 10) offsets.push_back(off);
+      std::shuffle(offsets.begin(), offsets.end(), std::mt19937_64(t));
+      for (uint64_t off : offsets) {
+        Result<ReadBuffer> r = cache->Read(src.file, off, 16 << 10);
+        if (!r.ok() ||
+            std::string_view(r->data, r->size) != std::string_view(content).substr(off, 16 << 10)) {
+          ++bad;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(cache->Stats().source_reads, 32u);
+}
+
+TEST_P(CacheTest, RamOnlyCacheWritesNothingToDisk) {
+  CacheOptions o = Options();
+  o.disk_budget = 0;
+  auto cache = OpenCache(o);
+  WriteFile(Src("f"), "ram only");
+  WaitUntilFilesSettle();
+  OpenSource src = OpenSourceFile(Src("f"));
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), "ram only");
+  EXPECT_EQ(ReadWhole(*cache, src, &tier), "ram only");
+  EXPECT_EQ(tier, Tier::kRam);
+  EXPECT_TRUE(cache->Flush().ok());
+  EXPECT_FALSE(fs::exists(dir_ / "cache"));
+}
+
+TEST_P(CacheTest, BadOptionsAreRejected) {
+  CacheOptions o = Options();
+  o.chunk_size = 0;
+  EXPECT_EQ(Cache::Open(o).status().code(), Code::kInvalidArgument);
+  o = Options();
+  o.min_compression_saving = 1.5;
+  EXPECT_EQ(Cache::Open(o).status().code(), Code::kInvalidArgument);
+  o = Options();
+  o.cache_dir.clear();
+  EXPECT_EQ(Cache::Open(o).status().code(), Code::kInvalidArgument);
+  o = Options();
+  o.disk_budget = 1 << 20;  // less than eight 256 KiB chunks
+  EXPECT_EQ(Cache::Open(o).status().code(), Code::kInvalidArgument);
+}
+
+TEST_P(CacheTest, SecondCacheOnTheSameDirectoryIsRefused) {
+  auto first = OpenCache(Options());
+  ASSERT_TRUE(first);
+  Result<std::unique_ptr<Cache>> second = Cache::Open(Options());
+  EXPECT_EQ(second.status().code(), Code::kBusy) << second.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CacheTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "IoUring" : "Pread"; });
+
+}  // namespace
+}  // namespace epochfs::cache

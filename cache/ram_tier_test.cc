@@ -1,0 +1,100 @@
+#include "cache/ram_tier.h"
+
+#include <gtest/gtest.h>
+
+namespace epochfs::cache {
+namespace {
+
+SourceIdentity Id(uint64_t ino, int64_t mtime = 1) {
+  return SourceIdentity{.dev = 1, .ino = ino, .size = 100, .mtime_ns = mtime, .ctime_ns = mtime};
+}
+ChunkKey Key(uint64_t ino, uint32_t chunk = 0) { return ChunkKey{1, ino, chunk}; }
+ChunkBytes Bytes(size_t n, char fill = 'x') {
+  std::string s(n, fill);
+  s.shrink_to_fit();
+  return ChunkBytes::Own(std::move(s));
+}
+
+TEST(RamTierTest, BudgetIsNeverExceeded) {
+  // Entry footprints are what the buffers hold, which may exceed their size a little.
+  const uint64_t budget = 10'000;
+  RamTier tier(budget, NewLruPolicy());
+  for (uint64_t i = 0; i < 100; ++i) {
+    tier.Insert(Key(i), Id(i), Bytes(700 + i * 13));
+    EXPECT_LE(tier.GetStats().bytes, budget);
+  }
+  EXPECT_GT(tier.GetStats().evictions, 0u);
+  // An entry larger than the whole budget is refused outright.
+  EXPECT_FALSE(tier.Insert(Key(1000), Id(1000), Bytes(budget + 1)));
+  EXPECT_LE(tier.GetStats().bytes, budget);
+}
+
+TEST(RamTierTest, LruEvictsLeastRecentlyUsed) {
+  ChunkBytes sample = Bytes(1000);
+  RamTier tier(3 * sample.footprint(), NewLruPolicy());
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(1000)));
+  ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(1000)));
+  ASSERT_TRUE(tier.Insert(Key(3), Id(3), Bytes(1000)));
+  ASSERT_TRUE(tier.Lookup(Key(1), Id(1)));  // 1 is now the most recent; 2 the least
+  ASSERT_TRUE(tier.Insert(Key(4), Id(4), Bytes(1000)));
+  EXPECT_TRUE(tier.Contains(Key(1)));
+  EXPECT_FALSE(tier.Contains(Key(2)));
+  EXPECT_TRUE(tier.Contains(Key(3)));
+  EXPECT_TRUE(tier.Contains(Key(4)));
+  EXPECT_EQ(tier.GetStats().evictions, 1u);
+}
+
+TEST(RamTierTest, StaticPolicyAdmitsNothingOnceFull) {
+  ChunkBytes sample = Bytes(1000);
+  RamTier tier(3 * sample.footprint(), NewStaticPolicy());
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(tier.Insert(Key(i), Id(i), Bytes(1000)));
+  EXPECT_FALSE(tier.Insert(Key(4), Id(4), Bytes(1000)));
+  for (uint64_t i = 1; i <= 3; ++i) EXPECT_TRUE(tier.Lookup(Key(i), Id(i)));
+  EXPECT_FALSE(tier.Contains(Key(4)));
+  EXPECT_EQ(tier.GetStats().evictions, 0u);
+  // A stale entry leaves, which makes room again.
+  EXPECT_FALSE(tier.Lookup(Key(2), Id(2, /*mtime=*/99)));
+  EXPECT_TRUE(tier.Insert(Key(4), Id(4), Bytes(1000)));
+}
+
+TEST(RamTierTest, IdentityMismatchDropsTheEntry) {
+  RamTier tier(1 << 20, NewLruPolicy());
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(100, 'a')));
+  std::optional<ChunkBytes> hit = tier.Lookup(Key(1), Id(1));
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(std::string(hit->data, hit->size), std::string(100, 'a'));
+  EXPECT_FALSE(tier.Lookup(Key(1), Id(1, /*mtime=*/2)));
+  EXPECT_EQ(tier.GetStats().stale, 1u);
+  // Gone for the old identity too: the entry was dropped, not just hidden.
+  EXPECT_FALSE(tier.Lookup(Key(1), Id(1)));
+  EXPECT_EQ(tier.GetStats().entries, 0u);
+  EXPECT_EQ(tier.GetStats().bytes, 0u);
+  // The bytes handed out before stay valid.
+  EXPECT_EQ(hit->data[99], 'a');
+}
+
+TEST(RamTierTest, EraseFileDropsEveryChunkOfThatFileOnly) {
+  RamTier tier(1 << 20, NewLruPolicy());
+  for (uint32_t c = 0; c < 4; ++c) ASSERT_TRUE(tier.Insert(Key(5, c), Id(5), Bytes(10)));
+  ASSERT_TRUE(tier.Insert(Key(4), Id(4), Bytes(10)));
+  ASSERT_TRUE(tier.Insert(Key(6), Id(6), Bytes(10)));
+  tier.EraseFile(1, 5);
+  for (uint32_t c = 0; c < 4; ++c) EXPECT_FALSE(tier.Contains(Key(5, c)));
+  EXPECT_TRUE(tier.Contains(Key(4)));
+  EXPECT_TRUE(tier.Contains(Key(6)));
+  EXPECT_EQ(tier.GetStats().entries, 2u);
+}
+
+TEST(RamTierTest, InsertIfRoomNeverEvictsOrReplaces) {
+  ChunkBytes sample = Bytes(1000);
+  RamTier tier(2 * sample.footprint(), NewLruPolicy());
+  ASSERT_TRUE(tier.InsertIfRoom(Key(1), Id(1), Bytes(1000, 'a')));
+  EXPECT_FALSE(tier.InsertIfRoom(Key(1), Id(1), Bytes(1000, 'b')));
+  ASSERT_TRUE(tier.InsertIfRoom(Key(2), Id(2), Bytes(1000)));
+  EXPECT_FALSE(tier.InsertIfRoom(Key(3), Id(3), Bytes(1000)));
+  EXPECT_EQ(tier.GetStats().evictions, 0u);
+  EXPECT_EQ(tier.Lookup(Key(1), Id(1))->data[0], 'a');
+}
+
+}  // namespace
+}  // namespace epochfs::cache
