@@ -30,7 +30,8 @@ Result<UniqueFd> OpenBeneath(int dir_fd, const std::string& name, int flags, mod
   if (have_openat2.load(std::memory_order_relaxed)) {
     struct open_how how {};
     how.flags = static_cast<uint64_t>(flags);
-    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+    // FUSE passes the file type in the mode (S_IFREG); openat2 accepts permission bits only.
+    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? (mode & 07777) : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
     long fd = ::syscall(SYS_openat2, dir_fd, name.c_str(), &how, sizeof(how));
     if (fd >= 0) return UniqueFd(static_cast<int>(fd));

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -129,8 +130,12 @@ Mount::Mount(const fsys::path& source, const fsys::path& mountpoint, const fsys:
              const std::vector<std::string>& extra)
     : mountpoint_(mountpoint) {
   std::vector<std::string> args = {"mount", source.string(), mountpoint.string(), "--cache-dir",
-                                   cache_dir.string(), "--ram", "64M", "--disk", "512M"};
+                                   cache_dir.string()};
   args.insert(args.end(), extra.begin(), extra.end());
+  // Small budgets unless the test sets its own.
+  auto has = [&](const char* flag) { return std::find(extra.begin(), extra.end(), flag) != extra.end(); };
+  if (!has("--ram")) args.insert(args.end(), {"--ram", "64M"});
+  if (!has("--disk")) args.insert(args.end(), {"--disk", "512M"});
   CommandResult r = Epochfs(args);
   output_ = r.output;
   ok_ = r.exit_code == 0;

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
