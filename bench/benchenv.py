@@ -490,7 +490,18 @@ class Workspace:
         sweep_leftovers(self.base)
         self.run_dir = os.path.join(self.base, f"run-{os.getpid()}")
         os.makedirs(self.run_dir)
-        self.cleanup.push(f"remove {self.run_dir}", lambda: shutil.rmtree(self.run_dir, ignore_errors=True))
+        self.cleanup.push(f"remove {self.run_dir}", self._remove_run_dir)
+
+    def _remove_run_dir(self) -> None:
+        """Deletes the run's scratch space but keeps the daemons' logs (small, and what
+        one needs after a failed mount) in <base>/last-logs, replacing the previous run's."""
+        keep = os.path.join(self.base, "last-logs")
+        shutil.rmtree(keep, ignore_errors=True)
+        os.makedirs(keep)
+        for name in os.listdir(self.run_dir):
+            if name.endswith(".log"):
+                shutil.move(os.path.join(self.run_dir, name), os.path.join(keep, name))
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.run_dir, *parts)
