@@ -33,9 +33,11 @@ namespace {
   }
   if (type == PyExc_OSError || type == PyExc_FileNotFoundError) {
     // OSError(errno, message) so that e.errno works.
-    py::object err = py::reinterpret_steal<py::object>(
-        PyObject_CallFunction(type, "is", st.err(), st.message().c_str()));
-    PyErr_SetObject(type, err.ptr());
+    // OSError(errno, ...) picks its subclass itself (e.g. IsADirectoryError).
+    PyObject* err = PyObject_CallFunction(type, "is", st.err(), st.message().c_str());
+    if (err == nullptr) throw py::error_already_set();
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err)), err);
+    Py_DECREF(err);
   } else {
     PyErr_SetString(type, st.message().c_str());
   }

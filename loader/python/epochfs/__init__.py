@@ -26,6 +26,7 @@ raises instead of hanging.
 """
 
 import ast
+import logging
 import math
 import os
 import struct
@@ -88,11 +89,24 @@ def _read_npy_header(path):
     return start + hlen, _NPY_DTYPES[descr], tuple(header["shape"])
 
 
+_log = logging.getLogger("epochfs")
+_logged = set()
+
+
+def _log_once(message):
+    if message not in _logged:
+        _logged.add(message)
+        _log.info(message)
+
+
 def _parse_device(device):
     """('cuda'|'cpu'|'auto', index) from None, 'cuda', 'cuda:1', 'cpu' or a torch.device."""
     if device is None:
         return "auto", 0
-    d = torch.device(device)
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be cuda or cpu, not {device!r}") from e
     if d.type not in ("cuda", "cpu"):
         raise ValueError(f"device must be cuda or cpu, not {device!r}")
     return d.type, (d.index or 0)
@@ -155,8 +169,11 @@ class Loader:
 
         kind, index = _parse_device(device)
         if kind == "auto":
-            usable, _ = cuda_usable()
+            usable, why = cuda_usable()
             kind = "cuda" if usable and torch.cuda.is_available() else "cpu"
+            if kind == "cpu":
+                _log_once(f"no CUDA ({why if not usable else 'torch ' + torch.__version__ + ' has no CUDA'}); "
+                          "batches are delivered in host memory")
         elif kind == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("device='cuda' but this torch has no CUDA "
                                f"(torch {torch.__version__}); use device='cpu'")
