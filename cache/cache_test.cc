@@ -516,6 +516,45 @@ TEST_P(CacheTest, IndexIsRebuiltFromPacks) {
   EXPECT_EQ(cache->Stats().source_reads, 0u);
 }
 
+TEST_P(CacheTest, TornPackTailLosesOnlyTheTornEntries) {
+  std::vector<std::string> contents;
+  for (int i = 0; i < 4; ++i) {
+    contents.push_back(RandomBytes(30'000, 500 + i));
+    WriteFile(Src(std::to_string(i)), contents.back());
+  }
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    for (int i = 0; i < 4; ++i) ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))));
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  // As if the machine died while the last entry was being written: cut it in half.
+  std::vector<fs::path> packs;
+  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
+  ASSERT_EQ(packs.size(), 1u);
+  fs::resize_file(packs[0], fs::file_size(packs[0]) - 15'000);
+
+  // With the index intact, the record that points past the end is dropped at start-up.
+  {
+    auto cache = OpenCache(Options());
+    EXPECT_EQ(cache->Stats().ssd_entries, 3u);
+    for (int i = 0; i < 4; ++i) {
+      Tier tier;
+      EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
+      EXPECT_EQ(tier == Tier::kSource, i == 3) << i;
+    }
+  }
+  // With the index lost too, the rebuild stops at the torn tail; nothing is lost
+  // that was whole (the fourth file was re-cached into a new pack meanwhile).
+  fs::remove_all(dir_ / "cache" / "index");
+  auto cache = OpenCache(Options());
+  EXPECT_EQ(cache->Stats().ssd_entries, 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i)))), contents[i]);
+  }
+  EXPECT_EQ(cache->Stats().source_reads, 0u);
+}
+
 TEST_P(CacheTest, ReadAroundMovesNeighboursToRam) {
   constexpr int kFiles = 30;
   std::vector<std::string> contents;
