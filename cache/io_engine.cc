@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <unordered_set>
