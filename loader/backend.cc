@@ -32,8 +32,7 @@ class HostBackend final : public Backend {
   bool on_device() const override { return false; }
   int device_id() const override { return -1; }
 
-  Result<std::unique_ptr<SlotMemory>> Allocate(size_t bytes, size_t index,
-                                               size_t count) override {
+  Result<std::unique_ptr<SlotMemory>> Allocate(size_t bytes, size_t index, size_t count) override {
     size_t n = bytes == 0 ? 1 : bytes;
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {

@@ -18,7 +18,8 @@ std::string CudaError(cudaError_t err) {
 Status CudaStatus(cudaError_t err, const std::string& context) {
   cudaGetLastError();  // clear a non-sticky error so later calls are not blamed for it
   Code code = err == cudaErrorMemoryAllocation ? Code::kNoMemory : Code::kDeviceError;
-  return Status(code, context + ": " + CudaError(err), err == cudaErrorMemoryAllocation ? ENOMEM : EIO);
+  return Status(code, context + ": " + CudaError(err),
+                err == cudaErrorMemoryAllocation ? ENOMEM : EIO);
 }
 
 // Makes `device` current for the scope and restores the caller's device after.
@@ -83,8 +84,7 @@ class CudaBackend final : public Backend {
   bool on_device() const override { return true; }
   int device_id() const override { return device_; }
 
-  Result<std::unique_ptr<SlotMemory>> Allocate(size_t bytes, size_t index,
-                                               size_t count) override {
+  Result<std::unique_ptr<SlotMemory>> Allocate(size_t bytes, size_t index, size_t count) override {
     DeviceGuard guard(device_);
     size_t n = bytes == 0 ? 1 : bytes;
     const std::string what = "batch buffer " + std::to_string(index + 1) + " of " +
@@ -95,7 +95,8 @@ class CudaBackend final : public Backend {
     // Device first: running out of device memory is the likely failure; say so.
     cudaError_t err = cudaMalloc(&p, n);
     if (err != cudaSuccess) {
-      return CudaStatus(err, "cuda:" + std::to_string(device_) + ": cannot allocate device " + what);
+      return CudaStatus(err,
+                        "cuda:" + std::to_string(device_) + ": cannot allocate device " + what);
     }
     slot->data = static_cast<uint8_t*>(p);
     err = cudaHostAlloc(&p, n, cudaHostAllocDefault);
@@ -125,8 +126,8 @@ class CudaBackend final : public Backend {
     if (err != cudaSuccess) return CudaStatus(err, "cudaStreamWaitEvent(released)");
     err = cudaMemcpyAsync(slot.data, slot.host, bytes, cudaMemcpyHostToDevice, stream_);
     if (err != cudaSuccess) {
-      return CudaStatus(err, "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes to cuda:" +
-                                 std::to_string(device_));
+      return CudaStatus(err, "cudaMemcpyAsync of " + std::to_string(bytes) +
+                                 " bytes to cuda:" + std::to_string(device_));
     }
     err = cudaEventRecord(slot.ready, stream_);
     if (err != cudaSuccess) return CudaStatus(err, "cudaEventRecord(ready)");
@@ -190,7 +191,8 @@ Result<std::unique_ptr<Backend>> NewCudaBackend(int cuda_device) {
   cudaStream_t stream = nullptr;
   // Non-blocking: the copies must not serialise with the legacy default stream.
   err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (err != cudaSuccess) return CudaStatus(err, "cudaStreamCreate on cuda:" + std::to_string(cuda_device));
+  if (err != cudaSuccess)
+    return CudaStatus(err, "cudaStreamCreate on cuda:" + std::to_string(cuda_device));
   return std::unique_ptr<Backend>(new CudaBackend(cuda_device, stream));
 }
 

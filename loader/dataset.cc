@@ -51,7 +51,8 @@ Status Walk(const std::string& dir, int64_t label, Dataset* out) {
     std::string cur = std::move(stack.back());
     stack.pop_back();
     if (++guard > 1000000) {
-      return Status(Code::kInvalidArgument, "scan " + dir + ": over a million folders (a symlink loop?)");
+      return Status(Code::kInvalidArgument,
+                    "scan " + dir + ": over a million folders (a symlink loop?)");
     }
     auto names = ListSorted(cur);
     if (!names.ok()) return names.status();
@@ -93,7 +94,8 @@ Result<Dataset> ScanImageFolder(const std::string& root) {
     ds.classes.push_back(name);
   }
   if (ds.classes.empty()) {
-    return Status(Code::kNotFound, "scan " + root + ": no class folders (expected root/<class>/<file>)", ENOENT);
+    return Status(Code::kNotFound,
+                  "scan " + root + ": no class folders (expected root/<class>/<file>)", ENOENT);
   }
   if (ds.files.empty()) {
     return Status(Code::kNotFound, "scan " + root + ": class folders hold no files", ENOENT);

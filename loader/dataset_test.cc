@@ -26,9 +26,9 @@ TEST(ScanImageFolderTest, ClassFoldersBecomeSortedLabels) {
   EXPECT_EQ(ds->classes, (std::vector<std::string>{"ant", "cat", "dog", "empty"}));
   const std::string r = dir.path() + "/";
   // sorted(os.walk()) order: a folder's files, then its sub-folders' by path.
-  EXPECT_EQ(ds->files, (std::vector<std::string>{r + "ant/1.png", r + "cat/z.jpg",
-                                                 r + "cat/sub/y.jpg", r + "cat/sub2/x.jpg",
-                                                 r + "dog/a.jpg", r + "dog/b.jpg"}));
+  EXPECT_EQ(ds->files,
+            (std::vector<std::string>{r + "ant/1.png", r + "cat/z.jpg", r + "cat/sub/y.jpg",
+                                      r + "cat/sub2/x.jpg", r + "dog/a.jpg", r + "dog/b.jpg"}));
   EXPECT_EQ(ds->labels, (std::vector<int64_t>{0, 1, 1, 1, 2, 2}));
 }
 

@@ -1,4 +1,6 @@
 // The pread FileReader and what both readers share (see file_reader.h).
+#include "loader/file_reader.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,7 +8,6 @@
 #include <cerrno>
 #include <deque>
 
-#include "loader/file_reader.h"
 #include "loader/unique_fd.h"
 
 namespace epochfs::loader {
@@ -35,8 +36,8 @@ Status CheckOpened(int fd, const ReadRequest& req) {
 Status ShortReadError(const ReadRequest& req, uint64_t got) {
   return Status(Code::kChanged,
                 *req.path + ": short read: the file ends at byte " +
-                    std::to_string(req.offset + got) + " but was " +
-                    std::to_string(req.file_size) + " bytes when listed (truncated since?)",
+                    std::to_string(req.offset + got) + " but was " + std::to_string(req.file_size) +
+                    " bytes when listed (truncated since?)",
                 EIO);
 }
 

@@ -35,8 +35,8 @@ struct ReadRequest {
   uint64_t offset = 0;     // first byte to copy
   uint64_t length = 0;     // bytes to copy into dest
   uint8_t* dest = nullptr;
-  void* tag = nullptr;     // the caller's
-  Status status;           // set on completion
+  void* tag = nullptr;  // the caller's
+  Status status;        // set on completion
 };
 
 class FileReader {

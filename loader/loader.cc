@@ -10,6 +10,8 @@
 //
 // Lock order: Ring::mu is the only lock. It is never held across io, CUDA calls or a
 // join.
+#include "loader/loader.h"
+
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -24,7 +26,6 @@
 
 #include "loader/backend.h"
 #include "loader/file_reader.h"
-#include "loader/loader.h"
 #include "loader/plan_publisher.h"
 
 namespace epochfs::loader {
@@ -156,7 +157,8 @@ class LoaderImpl final : public Loader {
       if (!can_return()) {
         auto t0 = std::chrono::steady_clock::now();
         ring.consumer_cv.wait(lock, can_return);
-        consumer_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        consumer_wait_s_ +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       if (ring.ready.empty()) {
         if (ring.reader_done) {
@@ -264,8 +266,9 @@ class LoaderImpl final : public Loader {
     slot.data_bytes = pos;
     f->copy_bytes = ring.label_area + pos;
     if (f->copy_bytes > slot.mem->bytes) {  // sizes are fixed at Create(); cannot happen
-      return Status(Code::kInvalidArgument, "batch of " + std::to_string(f->copy_bytes) +
-                                                " bytes exceeds its buffer", EINVAL);
+      return Status(Code::kInvalidArgument,
+                    "batch of " + std::to_string(f->copy_bytes) + " bytes exceeds its buffer",
+                    EINVAL);
     }
     std::memcpy(slot.mem->host, slot.labels.data(), count * sizeof(int64_t));
     uint8_t* data = slot.mem->host + ring.label_area;
@@ -421,12 +424,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     }
     sizes[i] = static_cast<uint64_t>(st.st_size);
     if (options.record_bytes > 0 && sizes[i] != options.record_offset + options.record_bytes) {
-      return Status(Code::kInvalidArgument,
-                    path + ": is " + std::to_string(sizes[i]) +
-                        " bytes; fixed-size records need exactly " +
-                        std::to_string(options.record_offset) + " + " +
-                        std::to_string(options.record_bytes),
-                    EINVAL);
+      return Status(
+          Code::kInvalidArgument,
+          path + ": is " + std::to_string(sizes[i]) + " bytes; fixed-size records need exactly " +
+              std::to_string(options.record_offset) + " + " + std::to_string(options.record_bytes),
+          EINVAL);
     }
   }
 
@@ -476,12 +478,14 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   if (options.publish_plan) {
     publisher = PlanPublisher::ForFiles(options.files);
     if (publisher) {
-      spdlog::info("epochfs loader: files are on the epochfs mount {}; publishing each epoch's order",
-                   publisher->root());
+      spdlog::info(
+          "epochfs loader: files are on the epochfs mount {}; publishing each epoch's order",
+          publisher->root());
       if (publisher->unplannable() > 0) {
-        spdlog::warn("epochfs loader: {} files are outside {} or have a newline in their name; "
-                     "they are left out of the plan",
-                     publisher->unplannable(), publisher->root());
+        spdlog::warn(
+            "epochfs loader: {} files are outside {} or have a newline in their name; "
+            "they are left out of the plan",
+            publisher->unplannable(), publisher->root());
       }
     }
   }

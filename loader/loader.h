@@ -128,8 +128,8 @@ std::vector<int64_t> ShuffledOrder(size_t n, uint64_t seed);
 // This rank's part of `order`, split exactly as torch.utils.data.DistributedSampler
 // does: without drop_last the order is padded with its own head to a multiple of
 // world_size; with drop_last its tail is cut to one; rank r then takes r, r+w, r+2w...
-Result<std::vector<int64_t>> ShardOrder(const std::vector<int64_t>& order, int rank,
-                                        int world_size, bool drop_last = false);
+Result<std::vector<int64_t>> ShardOrder(const std::vector<int64_t>& order, int rank, int world_size,
+                                        bool drop_last = false);
 
 // ---- The loader ------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ struct LoaderOptions {
   uint64_t record_offset = 0;
   uint64_t record_bytes = 0;
 
-  size_t num_buffers = 4;    // batch slots in the ring (>= 2)
+  size_t num_buffers = 4;     // batch slots in the ring (>= 2)
   unsigned queue_depth = 64;  // files in flight at once
   IoBackend io = IoBackend::kAuto;
   bool publish_plan = true;  // write each epoch's order to an epochfs mount's plan file
@@ -160,12 +160,12 @@ struct LoaderOptions {
 
 struct LoaderStats {
   uint64_t epochs = 0;
-  uint64_t batches = 0;         // handed to the consumer
+  uint64_t batches = 0;  // handed to the consumer
   uint64_t files_read = 0;
   uint64_t bytes_read = 0;
   uint64_t plans_published = 0;
-  uint64_t plans_refused = 0;   // publish attempts that failed (logged as warnings)
-  double consumer_wait_s = 0;   // time Next() spent waiting for the reader
+  uint64_t plans_refused = 0;  // publish attempts that failed (logged as warnings)
+  double consumer_wait_s = 0;  // time Next() spent waiting for the reader
 };
 
 // One batch of `size()` samples. Holding it keeps its slot out of the ring.
@@ -228,8 +228,8 @@ class Loader {
 }  // namespace epochfs::loader
 
 // Returns early from the enclosing function with the status when it is not ok.
-#define EPOCHFS_LOADER_RETURN_IF_ERROR(expr)       \
-  do {                                             \
-    ::epochfs::loader::Status _st = (expr);        \
-    if (!_st.ok()) return _st;                     \
+#define EPOCHFS_LOADER_RETURN_IF_ERROR(expr) \
+  do {                                       \
+    ::epochfs::loader::Status _st = (expr);  \
+    if (!_st.ok()) return _st;               \
   } while (0)

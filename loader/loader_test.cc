@@ -69,7 +69,8 @@ class LoaderTest : public ::testing::TestWithParam<IoBackend> {
 
   // Reads one epoch of `order` and checks every batch against the files; returns the
   // sample indices in delivery order.
-  std::vector<int64_t> ReadAndCheck(Loader& l, const Samples& s, const std::vector<int64_t>& order) {
+  std::vector<int64_t> ReadAndCheck(Loader& l, const Samples& s,
+                                    const std::vector<int64_t>& order) {
     EXPECT_TRUE(l.StartEpoch(order).ok());
     std::vector<int64_t> seen;
     size_t batches = 0;
@@ -182,7 +183,8 @@ TEST_P(LoaderTest, FixedSizeRecordsAreDense) {
   std::vector<std::string> files, records;
   for (int i = 0; i < 10; ++i) {
     records.push_back(RandomBytes(record, 100 + i));
-    files.push_back(dir.Write("r" + std::to_string(i) + ".npy", std::string(header, 'H') + records.back()));
+    files.push_back(
+        dir.Write("r" + std::to_string(i) + ".npy", std::string(header, 'H') + records.back()));
   }
   LoaderOptions o;
   o.files = files;
@@ -420,7 +422,8 @@ TEST_P(LoaderTest, PublishesThePlanOnAnEpochfsMountAndReadsInThatOrder) {
   // Published before the first read: the plan is there before Next() is called.
   std::string plan = ReadFile(root + "/.epochfs/plan");
   std::string expected = "epochfs-plan 1\n";
-  for (int64_t i : order) expected += s.ds.files[static_cast<size_t>(i)].substr(root.size() + 1) + "\n";
+  for (int64_t i : order)
+    expected += s.ds.files[static_cast<size_t>(i)].substr(root.size() + 1) + "\n";
   EXPECT_EQ(plan, expected);
   EXPECT_EQ(ReadAndCheck(*l, s, order), order);  // starts (and publishes) it again
   EXPECT_EQ(ReadFile(root + "/.epochfs/plan"), expected);
@@ -432,8 +435,9 @@ TEST_P(LoaderTest, PublishesThePlanOnAnEpochfsMountAndReadsInThatOrder) {
   testing::WriteFile(root + "/.epochfs/plan", "");
   auto l2 = Make(o);
   ASSERT_TRUE(l2->StartEpoch(SequentialOrder(6)).ok());
-  EXPECT_EQ(ReadFile(root + "/.epochfs/plan"),
-            "epochfs-plan 1\nclass0/s1000.bin\nclass0/s1001.bin\nclass0/s1002.bin\nclass0/s1003.bin\n");
+  EXPECT_EQ(
+      ReadFile(root + "/.epochfs/plan"),
+      "epochfs-plan 1\nclass0/s1000.bin\nclass0/s1001.bin\nclass0/s1002.bin\nclass0/s1003.bin\n");
 
   // publish_plan = false writes nothing.
   testing::WriteFile(root + "/.epochfs/plan", "");
@@ -520,7 +524,8 @@ class CudaLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    if (!CudaUsable(&why)) GTEST_SKIP() << "no usable CUDA device (" << why << "); CUDA path not tested";
+    if (!CudaUsable(&why))
+      GTEST_SKIP() << "no usable CUDA device (" << why << "); CUDA path not tested";
   }
 };
 
@@ -551,13 +556,18 @@ TEST_F(CudaLoaderTest, BatchesArriveInDeviceMemoryByteIdentical) {
       EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
       std::string host(batch.data_bytes(), '\0');
       std::vector<int64_t> labels(batch.size());
-      ASSERT_EQ(cudaMemcpyAsync(host.data(), batch.data(), host.size(), cudaMemcpyDeviceToHost, consumer), cudaSuccess);
-      ASSERT_EQ(cudaMemcpyAsync(labels.data(), batch.labels(), labels.size() * 8, cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpyAsync(host.data(), batch.data(), host.size(), cudaMemcpyDeviceToHost, consumer),
+          cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(labels.data(), batch.labels(), labels.size() * 8,
+                                cudaMemcpyDeviceToHost, consumer),
+                cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
       for (size_t i = 0; i < batch.size(); ++i, ++k) {
         const size_t idx = static_cast<size_t>(order[k]);
         EXPECT_EQ(batch.sample_indices()[i], order[k]);
-        EXPECT_EQ(host.substr(static_cast<size_t>(batch.offsets()[i]), s.bytes[idx].size()), s.bytes[idx]);
+        EXPECT_EQ(host.substr(static_cast<size_t>(batch.offsets()[i]), s.bytes[idx].size()),
+                  s.bytes[idx]);
         EXPECT_EQ(labels[i], s.ds.labels[idx]);
       }
     }

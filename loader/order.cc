@@ -45,12 +45,12 @@ std::vector<int64_t> ShuffledOrder(size_t n, uint64_t seed) {
   return order;
 }
 
-Result<std::vector<int64_t>> ShardOrder(const std::vector<int64_t>& order, int rank,
-                                        int world_size, bool drop_last) {
+Result<std::vector<int64_t>> ShardOrder(const std::vector<int64_t>& order, int rank, int world_size,
+                                        bool drop_last) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return Status(Code::kInvalidArgument, "shard: rank " + std::to_string(rank) +
-                                              " is not in [0, world_size=" +
-                                              std::to_string(world_size) + ")");
+    return Status(Code::kInvalidArgument,
+                  "shard: rank " + std::to_string(rank) +
+                      " is not in [0, world_size=" + std::to_string(world_size) + ")");
   }
   const size_t n = order.size();
   const size_t w = static_cast<size_t>(world_size);

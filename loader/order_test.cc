@@ -29,7 +29,8 @@ std::vector<int64_t> TorchDistributedSampler(std::vector<int64_t> indices, int r
       indices.insert(indices.end(), indices.begin(), indices.begin() + padding);
     } else {
       std::vector<int64_t> rep;
-      for (int64_t k = 0; k < (padding + n - 1) / n; ++k) rep.insert(rep.end(), indices.begin(), indices.end());
+      for (int64_t k = 0; k < (padding + n - 1) / n; ++k)
+        rep.insert(rep.end(), indices.begin(), indices.end());
       indices.insert(indices.end(), rep.begin(), rep.begin() + padding);
     }
   } else {

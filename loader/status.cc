@@ -9,10 +9,17 @@ Status Status::FromErrno(int err, const std::string& context) {
   Code code = Code::kIoError;
   switch (err) {
     case ENOENT:
-    case ENOTDIR: code = Code::kNotFound; break;
-    case ENOMEM: code = Code::kNoMemory; break;
-    case EINVAL: code = Code::kInvalidArgument; break;
-    default: break;
+    case ENOTDIR:
+      code = Code::kNotFound;
+      break;
+    case ENOMEM:
+      code = Code::kNoMemory;
+      break;
+    case EINVAL:
+      code = Code::kInvalidArgument;
+      break;
+    default:
+      break;
   }
   return Status(code, context + ": " + std::strerror(err), err);
 }
@@ -20,15 +27,32 @@ Status Status::FromErrno(int err, const std::string& context) {
 std::string Status::ToString() const {
   const char* name = "Ok";
   switch (code_) {
-    case Code::kOk: return "Ok";
-    case Code::kNotFound: name = "NotFound"; break;
-    case Code::kIoError: name = "IoError"; break;
-    case Code::kInvalidArgument: name = "InvalidArgument"; break;
-    case Code::kChanged: name = "Changed"; break;
-    case Code::kNoMemory: name = "NoMemory"; break;
-    case Code::kDeviceError: name = "DeviceError"; break;
-    case Code::kBusy: name = "Busy"; break;
-    case Code::kUnsupported: name = "Unsupported"; break;
+    case Code::kOk:
+      return "Ok";
+    case Code::kNotFound:
+      name = "NotFound";
+      break;
+    case Code::kIoError:
+      name = "IoError";
+      break;
+    case Code::kInvalidArgument:
+      name = "InvalidArgument";
+      break;
+    case Code::kChanged:
+      name = "Changed";
+      break;
+    case Code::kNoMemory:
+      name = "NoMemory";
+      break;
+    case Code::kDeviceError:
+      name = "DeviceError";
+      break;
+    case Code::kBusy:
+      name = "Busy";
+      break;
+    case Code::kUnsupported:
+      name = "Unsupported";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

@@ -14,7 +14,8 @@
 namespace epochfs::loader::testing {
 
 TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "epochfs-loader-test-XXXXXX").string();
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / "epochfs-loader-test-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
 }

@@ -127,7 +127,8 @@ class UringReader final : public FileReader {
     op.stage = Stage::kRead;
     ReadRequest& req = *op.req;
     io_uring_sqe* sqe = GetSqe();
-    io_uring_prep_read(sqe, op.fd, req.dest + op.done, static_cast<unsigned>(std::min<uint64_t>(req.length - op.done, kMaxRead)),
+    io_uring_prep_read(sqe, op.fd, req.dest + op.done,
+                       static_cast<unsigned>(std::min<uint64_t>(req.length - op.done, kMaxRead)),
                        req.offset + op.done);
     io_uring_sqe_set_data64(sqe, index);
   }

@@ -24,12 +24,21 @@ namespace {
 [[noreturn]] void Raise(const Status& st) {
   PyObject* type = PyExc_RuntimeError;
   switch (st.code()) {
-    case Code::kNotFound: type = PyExc_FileNotFoundError; break;
+    case Code::kNotFound:
+      type = PyExc_FileNotFoundError;
+      break;
     case Code::kIoError:
-    case Code::kChanged: type = PyExc_OSError; break;
-    case Code::kInvalidArgument: type = PyExc_ValueError; break;
-    case Code::kNoMemory: type = PyExc_MemoryError; break;
-    default: break;
+    case Code::kChanged:
+      type = PyExc_OSError;
+      break;
+    case Code::kInvalidArgument:
+      type = PyExc_ValueError;
+      break;
+    case Code::kNoMemory:
+      type = PyExc_MemoryError;
+      break;
+    default:
+      break;
   }
   if (type == PyExc_OSError || type == PyExc_FileNotFoundError) {
     // OSError(errno, message) so that e.errno works.
@@ -119,7 +128,9 @@ class PyBatch {
   // The data as one tensor: uint8[data_bytes] by default, or `shape` of a dtype given
   // as a DLPack (code, bits) pair, which must cover the data exactly.
   py::capsule data(std::optional<std::vector<int64_t>> shape, uint8_t code, uint8_t bits) const {
-    if (!shape) return MakeCapsule(b_, b_->data(), b_->on_device(), kUInt8, {static_cast<int64_t>(b_->data_bytes())});
+    if (!shape)
+      return MakeCapsule(b_, b_->data(), b_->on_device(), kUInt8,
+                         {static_cast<int64_t>(b_->data_bytes())});
     if (bits == 0 || bits % 8 != 0) throw py::value_error("dtype bits must be a multiple of 8");
     int64_t elems = 1;
     for (int64_t d : *shape) {
@@ -133,7 +144,8 @@ class PyBatch {
     return MakeCapsule(b_, b_->data(), b_->on_device(), dlpack::DLDataType{code, bits, 1}, *shape);
   }
   py::capsule labels() const {
-    return MakeCapsule(b_, b_->labels(), b_->on_device(), kInt64, {static_cast<int64_t>(b_->size())});
+    return MakeCapsule(b_, b_->labels(), b_->on_device(), kInt64,
+                       {static_cast<int64_t>(b_->size())});
   }
   py::capsule offsets() const { return Host(b_->offsets()); }
   py::capsule lengths() const { return Host(b_->lengths()); }
@@ -165,13 +177,19 @@ IoBackend ParseIo(const std::string& io) {
 PYBIND11_MODULE(_epochfs, m) {
   m.doc() = "epochfs loader (C++ core); use the epochfs package, not this module";
 
-  m.def("scan_image_folder", [](const std::string& root) {
-    Dataset ds = Unwrap(ScanImageFolder(root));
-    return py::make_tuple(ds.files, ds.labels, ds.classes);
-  }, py::arg("root"), "(files, labels, classes) of an ImageFolder-style tree");
-  m.def("shard_order", [](const std::vector<int64_t>& order, int rank, int world_size, bool drop_last) {
-    return Unwrap(ShardOrder(order, rank, world_size, drop_last));
-  }, py::arg("order"), py::arg("rank"), py::arg("world_size"), py::arg("drop_last") = false);
+  m.def(
+      "scan_image_folder",
+      [](const std::string& root) {
+        Dataset ds = Unwrap(ScanImageFolder(root));
+        return py::make_tuple(ds.files, ds.labels, ds.classes);
+      },
+      py::arg("root"), "(files, labels, classes) of an ImageFolder-style tree");
+  m.def(
+      "shard_order",
+      [](const std::vector<int64_t>& order, int rank, int world_size, bool drop_last) {
+        return Unwrap(ShardOrder(order, rank, world_size, drop_last));
+      },
+      py::arg("order"), py::arg("rank"), py::arg("world_size"), py::arg("drop_last") = false);
   m.def("shuffled_order", &ShuffledOrder, py::arg("n"), py::arg("seed"));
   m.def("cuda_compiled", &CudaCompiledIn);
   m.def("cuda_usable", [] {
@@ -195,52 +213,67 @@ PYBIND11_MODULE(_epochfs, m) {
       .def("indices", &PyBatch::indices);
 
   py::class_<Loader>(m, "Loader")
-      .def(py::init([](std::vector<std::string> files, std::vector<int64_t> labels,
-                       size_t batch_size, bool drop_last, const std::string& device,
-                       int cuda_device, uint64_t record_offset, uint64_t record_bytes,
-                       size_t num_buffers, unsigned queue_depth, const std::string& io,
-                       bool publish_plan) {
-             LoaderOptions o;
-             o.files = std::move(files);
-             o.labels = std::move(labels);
-             o.batch_size = batch_size;
-             o.drop_last = drop_last;
-             o.device = ParseDevice(device);
-             o.cuda_device = cuda_device;
-             o.record_offset = record_offset;
-             o.record_bytes = record_bytes;
-             o.num_buffers = num_buffers;
-             o.queue_depth = queue_depth;
-             o.io = ParseIo(io);
-             o.publish_plan = publish_plan;
-             Result<std::unique_ptr<Loader>> r = [&] {
-               py::gil_scoped_release release;
-               return Loader::Create(std::move(o));
-             }();
-             return Unwrap(std::move(r));
-           }),
-           py::arg("files"), py::arg("labels"), py::arg("batch_size"), py::arg("drop_last"),
-           py::arg("device"), py::arg("cuda_device"), py::arg("record_offset"),
-           py::arg("record_bytes"), py::arg("num_buffers"), py::arg("queue_depth"),
-           py::arg("io"), py::arg("publish_plan"))
-      .def("start_epoch", [](Loader& l, std::vector<int64_t> order) {
-             Status st;
-             {
-               py::gil_scoped_release release;
-               st = l.StartEpoch(std::move(order));
-             }
-             if (!st.ok()) Raise(st);
-           }, py::arg("order"))
-      .def("next", [](Loader& l, uintptr_t stream) -> std::optional<PyBatch> {
-             Result<std::shared_ptr<const Batch>> r = [&] {
-               py::gil_scoped_release release;
-               return l.Next(reinterpret_cast<void*>(stream));
-             }();
-             std::shared_ptr<const Batch> b = Unwrap(std::move(r));
-             if (!b) return std::nullopt;
-             return PyBatch(std::move(b));
-           }, py::arg("stream") = 0)
-      .def("stop", [](Loader& l) {
+      .def(
+          py::init([](std::vector<std::string> files, std::vector<int64_t> labels,
+                      size_t batch_size, bool drop_last, const std::string& device, int cuda_device,
+                      uint64_t record_offset, uint64_t record_bytes, size_t num_buffers,
+                      unsigned queue_depth, const std::string& io, bool publish_plan) {
+            LoaderOptions o;
+            o.files = std::move(files);
+            o.labels = std::move(labels);
+            o.batch_size = batch_size;
+            o.drop_last = drop_last;
+            o.device = ParseDevice(device);
+            o.cuda_device = cuda_device;
+            o.record_offset = record_offset;
+            o.record_bytes = record_bytes;
+            o.num_buffers = num_buffers;
+            o.queue_depth = queue_depth;
+            o.io = ParseIo(io);
+            o.publish_plan = publish_plan;
+            std::unique_ptr<Loader> loader;
+            Status st;
+            {
+              py::gil_scoped_release release;
+              auto r = Loader::Create(std::move(o));
+              if (r.ok()) {
+                loader = std::move(r.value());
+              } else {
+                st = r.status();
+              }
+            }
+            if (!st.ok()) Raise(st);
+            return loader;
+          }),
+          py::arg("files"), py::arg("labels"), py::arg("batch_size"), py::arg("drop_last"),
+          py::arg("device"), py::arg("cuda_device"), py::arg("record_offset"),
+          py::arg("record_bytes"), py::arg("num_buffers"), py::arg("queue_depth"), py::arg("io"),
+          py::arg("publish_plan"))
+      .def(
+          "start_epoch",
+          [](Loader& l, std::vector<int64_t> order) {
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = l.StartEpoch(std::move(order));
+            }
+            if (!st.ok()) Raise(st);
+          },
+          py::arg("order"))
+      .def(
+          "next",
+          [](Loader& l, uintptr_t stream) -> std::optional<PyBatch> {
+            Result<std::shared_ptr<const Batch>> r = [&] {
+              py::gil_scoped_release release;
+              return l.Next(reinterpret_cast<void*>(stream));
+            }();
+            std::shared_ptr<const Batch> b = Unwrap(std::move(r));
+            if (!b) return std::nullopt;
+            return PyBatch(std::move(b));
+          },
+          py::arg("stream") = 0)
+      .def("stop",
+           [](Loader& l) {
              py::gil_scoped_release release;
              l.Stop();
            })
