@@ -26,12 +26,26 @@ struct ::stat ControlDir::Attr(uint64_t nodeid) const {
     st.st_mode = S_IFDIR | 0555;
     st.st_nlink = 2;
   } else {
-    // Size 0: the content is made at open and read with direct I/O, so the size the
-    // kernel believes does not limit what is read.
     st.st_mode = S_IFREG | 0444;
     st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(kPaddedSize);
   }
   return st;
+}
+
+std::shared_ptr<const std::string> ControlDir::PaddedSnapshot(uint64_t nodeid, bool fresh) const {
+  if (!fresh) {
+    std::lock_guard lock(mutex_);
+    auto it = latest_.find(nodeid);
+    if (it != latest_.end()) return it->second;
+  }
+  std::string content = Content(nodeid).value_or(std::string());
+  if (content.size() < kPaddedSize) content.resize(kPaddedSize, ' ');
+  content.resize(kPaddedSize);  // never more than the size the kernel was told
+  auto snapshot = std::make_shared<const std::string>(std::move(content));
+  std::lock_guard lock(mutex_);
+  latest_[nodeid] = snapshot;
+  return snapshot;
 }
 
 std::optional<std::string> ControlDir::Content(uint64_t nodeid) const {

@@ -1,19 +1,25 @@
 // The control directory: `<mount>/.epochfs/`, found by lookup and never listed, so that
 // ImageFolder-style scans of the mount see exactly the source's files.
 //
-// It holds read-only files whose contents are made when they are opened (so a reader
-// gets one consistent snapshot): `stats` is the JSON of every counter (what
-// `epochfs status` reads). Control nodes have fixed node ids below 16; the inode table
-// never hands those out.
+// It holds read-only files whose content is a snapshot: `stats` is the JSON of every
+// counter (what `epochfs status` reads). Where the kernel asks before opening (the
+// "open" consistency mode) the snapshot is made at open and read with direct I/O.
+// Where it opens without asking ("notify" mode) it reads through its page cache, so
+// the file has a fixed size (the snapshot padded with spaces, which JSON ignores), a
+// read at offset 0 takes a new snapshot, and the attributes (timeout 0, mtime "now")
+// make the kernel drop its old pages before each new read.
+// Control nodes have fixed node ids below 16; the inode table never hands those out.
 //
-// Thread-safety: immutable after construction; the content callbacks must be
-// thread-safe.
+// Thread-safety: thread-safe; the content callbacks must be thread-safe.
 #pragma once
 
 #include <sys/stat.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,15 +44,23 @@ class ControlDir {
 
   // The node id of `name` inside the control directory, if there is such a file.
   std::optional<uint64_t> Find(const std::string& name) const;
+  static constexpr size_t kPaddedSize = 64 * 1024;
+
   struct ::stat Attr(uint64_t nodeid) const;
-  // A snapshot of the file's content; nullopt when `nodeid` is not a control file.
+  // A new snapshot of the file's content; nullopt when `nodeid` is not a control file.
   std::optional<std::string> Content(uint64_t nodeid) const;
+  // The content padded to kPaddedSize: a new snapshot when `fresh` (or when there is
+  // none yet), else the last one, so one reader's reads at later offsets match.
+  std::shared_ptr<const std::string> PaddedSnapshot(uint64_t nodeid, bool fresh) const;
   const std::vector<File>& files() const { return files_; }
 
  private:
   std::vector<File> files_;
   uid_t uid_;
   gid_t gid_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<uint64_t, std::shared_ptr<const std::string>>
+      latest_;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace epochfs::fs

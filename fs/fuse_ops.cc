@@ -36,6 +36,15 @@ void ReplyError(fuse_req_t req, const Status& status) {
   fuse_reply_err(req, err);
 }
 
+// Control nodes change all the time: the kernel must never trust what it was told.
+void ReplyControlEntry(fuse_req_t req, uint64_t nodeid) {
+  struct fuse_entry_param e {};
+  e.ino = nodeid;
+  e.generation = 1;
+  e.attr = Ctx(req).control->Attr(nodeid);
+  fuse_reply_entry(req, &e);
+}
+
 void ReplyEntry(fuse_req_t req, const Entry& entry) {
   const FuseContext& ctx = Ctx(req);
   struct fuse_entry_param e {};
@@ -64,13 +73,11 @@ bool IsControlDirLookup(fuse_ino_t parent, const char* name) {
 
 void DoLookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_lookup);
-  if (IsControlDirLookup(parent, name)) {
-    return ReplyEntry(req, Entry{ControlDir::kDirNodeId, ctx.control->Attr(ControlDir::kDirNodeId)});
-  }
+  if (IsControlDirLookup(parent, name)) return ReplyControlEntry(req, ControlDir::kDirNodeId);
   if (parent == ControlDir::kDirNodeId) {
     auto id = ctx.control->Find(name);
     if (!id) return ReplyError(req, Status::NotFound(name));
-    return ReplyEntry(req, Entry{*id, ctx.control->Attr(*id)});
+    return ReplyControlEntry(req, *id);
   }
   auto entry = ctx.fs->Lookup(parent, name);
   if (!entry.ok()) {
@@ -220,6 +227,11 @@ void ReplyOpen(fuse_req_t req, FuseContext& ctx, fuse_ino_t ino, OpenResult&& op
 
 void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_open);
+  if (!ctx.kernel_asks_to_open) {
+    // "notify" mode: from now on the kernel opens every file by itself.
+    fuse_reply_err(req, ENOSYS);
+    return;
+  }
   if (ControlDir::IsControl(ino)) {
     if ((fi->flags & O_ACCMODE) != O_RDONLY) {
       return ReplyError(req, Status::FromErrno(EACCES, "control files are read-only"));
@@ -262,13 +274,18 @@ void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_read);
   if (ControlDir::IsControl(ino)) {
-    const std::string& content = reinterpret_cast<ControlHandle*>(fi->fh)->content;
+    std::shared_ptr<const std::string> snapshot;
+    if (fi->fh == 0) snapshot = ctx.control->PaddedSnapshot(ino, off == 0);
+    const std::string& content =
+        fi->fh ? reinterpret_cast<ControlHandle*>(fi->fh)->content : *snapshot;
     const size_t start = std::min(content.size(), static_cast<size_t>(off));
     const size_t n = std::min(size, content.size() - start);
     fuse_reply_buf(req, content.data() + start, n);
     return;
   }
-  auto data = ctx.fs->Read(*HandleOf(fi), static_cast<uint64_t>(off), size);
+  FileHandle* fh = HandleOf(fi);
+  auto data = fh ? ctx.fs->Read(*fh, static_cast<uint64_t>(off), size)
+                 : ctx.fs->ReadNode(ino, static_cast<uint64_t>(off), size);
   if (!data.ok()) return ReplyError(req, data.status());
   // `data` keeps the bytes alive until the reply has copied them to the kernel.
   fuse_reply_buf(req, data->data, data->size);
@@ -278,14 +295,18 @@ void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
              struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_write);
   if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EBADF, "control"));
-  auto written = ctx.fs->Write(*HandleOf(fi), buf, size, static_cast<uint64_t>(off));
+  FileHandle* fh = HandleOf(fi);
+  auto written = fh ? ctx.fs->Write(*fh, buf, size, static_cast<uint64_t>(off))
+                    : ctx.fs->WriteNode(ino, buf, size, static_cast<uint64_t>(off));
   if (!written.ok()) return ReplyError(req, written.status());
   fuse_reply_write(req, *written);
 }
 
 void DoRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
   Counted(req, RequestKind::k_release);
-  if (ControlDir::IsControl(ino)) {
+  if (fi->fh == 0) {
+    // Opened by the kernel alone ("notify" mode): nothing of ours to free.
+  } else if (ControlDir::IsControl(ino)) {
     delete reinterpret_cast<ControlHandle*>(fi->fh);
   } else {
     delete HandleOf(fi);
@@ -299,7 +320,9 @@ void DoFsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info
     fuse_reply_err(req, 0);
     return;
   }
-  fuse_reply_err(req, ToErrno(ctx.fs->Fsync(*HandleOf(fi), datasync != 0)));
+  FileHandle* fh = HandleOf(fi);
+  fuse_reply_err(req, ToErrno(fh ? ctx.fs->Fsync(*fh, datasync != 0)
+                                 : ctx.fs->FsyncNode(ino, datasync != 0)));
 }
 
 // ---- directories ----
@@ -455,11 +478,23 @@ void DoInit(void* userdata, struct fuse_conn_info* conn) noexcept {
   if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
   // Writes go straight through to the source; no writeback cache to get wrong.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // O_TRUNC as a separate setattr(size=0): in "notify" mode there is no OPEN request
+  // that could carry it.
+  conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   // The kernel keeps POSIX and flock locks locally, which is what a single node needs.
   conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
 }
 
 }  // namespace
+
+void KernelInvalidator::InvalidateEntry(uint64_t parent_nodeid, const std::string& name) {
+  // -ENOENT (the kernel has no such entry cached) is the common, harmless answer.
+  fuse_lowlevel_notify_inval_entry(session_, parent_nodeid, name.c_str(), name.size());
+}
+
+void KernelInvalidator::InvalidateInode(uint64_t nodeid) {
+  fuse_lowlevel_notify_inval_inode(session_, nodeid, 0, 0);  // attributes and all pages
+}
 
 const char* RequestKindName(RequestKind kind) {
   static constexpr const char* kNames[] = {

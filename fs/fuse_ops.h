@@ -2,9 +2,14 @@
 // map the Status to an errno in one place (ToErrno), send exactly one reply.
 //
 // Kernel-side caching is chosen here (docs/architecture.md has the measurements):
-// long entry and attribute timeouts (the source is read-mostly, and open() re-checks
-// the file anyway), keep_cache when the source file is unchanged since the kernel
-// read it, FLUSH answered ENOSYS once so close() costs no round trip, readdirplus.
+// long entry and attribute timeouts (the source is read-mostly), FLUSH answered ENOSYS
+// once so close() costs no round trip, readdirplus, and one of two consistency modes:
+//  - "open": every open() is a request; it re-checks the source file and lets the
+//    kernel keep its cached pages only if the file is unchanged (close-to-open, as
+//    NFS). Two round trips per file (open, release) on every epoch.
+//  - "notify": OPEN is answered ENOSYS once, after which the kernel opens files
+//    without asking and keeps their pages; a warm epoch sends no request at all.
+//    Changes made underneath the mount reach the kernel from the ChangeWatcher.
 //
 // Thread-safety: callbacks run on libfuse's worker threads concurrently; everything
 // they share (SourceFs, ControlDir, the counters) is thread-safe.
@@ -18,6 +23,7 @@
 #include <string>
 
 #include "cache/status.h"
+#include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/source_fs.h"
 
@@ -66,8 +72,20 @@ struct FuseContext {
   SourceFs* fs = nullptr;
   const ControlDir* control = nullptr;
   FuseTimeouts timeouts;
+  bool kernel_asks_to_open = true;  // false: the "notify" consistency mode
   RequestCounters counters;
   struct fuse_session* session = nullptr;
+};
+
+// Invalidates the kernel's caches through the session (for the ChangeWatcher).
+class KernelInvalidator : public Invalidator {
+ public:
+  explicit KernelInvalidator(struct fuse_session* session) : session_(session) {}
+  void InvalidateEntry(uint64_t parent_nodeid, const std::string& name) override;
+  void InvalidateInode(uint64_t nodeid) override;
+
+ private:
+  struct fuse_session* session_;
 };
 
 // The one place a Status becomes an errno.

@@ -52,18 +52,20 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   return inode;
 }
 
-void InodeTable::Forget(uint64_t nodeid, uint64_t n) {
+std::shared_ptr<Inode> InodeTable::Forget(uint64_t nodeid, uint64_t n) {
   std::lock_guard lock(mutex_);
-  if (nodeid == kRootNodeId) return;
+  if (nodeid == kRootNodeId) return nullptr;
   auto it = by_nodeid_.find(nodeid);
-  if (it == by_nodeid_.end()) return;
+  if (it == by_nodeid_.end()) return nullptr;
   Inode& inode = *it->second;
   inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - n;
-  if (inode.nlookup > 0) return;
+  if (inode.nlookup > 0) return nullptr;
   auto dev_it = by_devino_.find({inode.dev, inode.ino});
   if (dev_it != by_devino_.end() && dev_it->second == nodeid) by_devino_.erase(dev_it);
   // Open file handles and children may still hold the Inode; it dies with the last one.
+  std::shared_ptr<Inode> gone = std::move(it->second);
   by_nodeid_.erase(it);
+  return gone;
 }
 
 std::shared_ptr<Inode> InodeTable::FindBySource(uint64_t dev, uint64_t ino) const {

@@ -70,8 +70,9 @@ class InodeTable {
   std::shared_ptr<Inode> Remember(const std::shared_ptr<Inode>& parent, const std::string& name,
                                   const struct ::stat& st, UniqueFd dir_fd);
 
-  // Drops `n` lookup references; the node goes away at zero (the root never does).
-  void Forget(uint64_t nodeid, uint64_t n);
+  // Drops `n` lookup references; the node goes away at zero (the root never does), and
+  // is then returned so the caller can let go of what it holds for it.
+  std::shared_ptr<Inode> Forget(uint64_t nodeid, uint64_t n);
 
   // The current location of a non-root node.
   Location LocationOf(const Inode& inode) const;

@@ -327,6 +327,13 @@ int main(int argc, char** argv) {
   mount->add_option("--threads", mount_options.max_threads, "Most FUSE worker threads")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
+  std::string consistency = "auto";
+  mount->add_option("--consistency", consistency,
+                    "How changes made underneath reach readers: notify (inotify; no request "
+                    "per open), open (every open re-checks the source), auto (notify on local "
+                    "filesystems, open on network ones)")
+      ->check(CLI::IsMember({"auto", "open", "notify"}))
+      ->capture_default_str();
   bool no_io_uring = false;
   mount->add_flag("--no-io-uring", no_io_uring, "Read with pread instead of io_uring");
 
@@ -360,6 +367,9 @@ int main(int argc, char** argv) {
     mount_options.source = source;
     mount_options.mountpoint = mountpoint;
     mount_options.use_io_uring = !no_io_uring;
+    mount_options.consistency = consistency == "open"     ? efs::Consistency::kOpen
+                                : consistency == "notify" ? efs::Consistency::kNotify
+                                                          : efs::Consistency::kAuto;
     return CmdMount(mount_options, ram, disk, chunk);
   }
   if (*umount) return CmdUmount(umount_target, lazy);

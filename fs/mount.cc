@@ -17,6 +17,7 @@
 #include "cache/cache.h"
 #include "cache/unique_fd.h"
 #include "fmt/format.h"
+#include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
 #include "fs/source_fs.h"
@@ -43,7 +44,7 @@ std::pair<uint64_t, uint64_t> ResidentSetBytes() {
 }
 
 std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                      std::chrono::steady_clock::time_point started) {
+                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
   const cache::CacheStats s = fs.cache().Stats();
   nlohmann::json j;
   j["version"] = EPOCHFS_VERSION;
@@ -90,6 +91,10 @@ std::string StatsJson(const MountOptions& options, const FuseContext& ctx, Sourc
   j["ssd_degraded"] = s.ssd_degraded;
   j["ssd_degraded_reason"] = s.ssd_degraded_reason;
   j["inodes"] = fs.inode_count();
+  j["consistency"] = ConsistencyName(options.consistency);
+  j["watched_dirs"] = watcher ? watcher->watched() : 0;
+  j["change_events"] = watcher ? watcher->events() : 0;
+  j["watch_failures"] = watcher ? watcher->watch_failures() : 0;
   const auto [rss, peak] = ResidentSetBytes();
   j["daemon_rss_bytes"] = rss;
   j["daemon_peak_rss_bytes"] = peak;
@@ -179,10 +184,13 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   FuseContext ctx;
   ctx.fs = fs->get();
   ctx.timeouts = options.timeouts;
-  ControlDir control(
-      {ControlDir::File{"stats", 3,
-                        [&] { return StatsJson(options, ctx, **fs, started); }}},
-      root_stat.st_uid, root_stat.st_gid);
+  std::unique_ptr<ChangeWatcher> watcher;  // set below, before the mount
+  ControlDir control({ControlDir::File{"stats", 3,
+                                       [&] {
+                                         return StatsJson(options, ctx, **fs, watcher.get(),
+                                                          started);
+                                       }}},
+                     root_stat.st_uid, root_stat.st_gid);
   ctx.control = &control;
 
   // libfuse splits -o at commas; a comma or backslash in the path is escaped.
@@ -206,6 +214,25 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   fuse_opt_free_args(&args);
   if (!session) return fail(Status::InvalidArgument("libfuse refused the mount options"));
   ctx.session = session.get();
+
+  std::string why;
+  options.consistency = ResolveConsistency(options.consistency, options.source, &why);
+  KernelInvalidator invalidator(session.get());
+  if (options.consistency == Consistency::kNotify) {
+    auto started_watcher = ChangeWatcher::Start((*fs)->inodes(), invalidator);
+    if (started_watcher.ok()) {
+      watcher = std::move(*started_watcher);
+      (*fs)->SetChangeWatcher(watcher.get());
+    } else {
+      spdlog::warn("cannot watch the source for changes ({}); using --consistency=open",
+                   started_watcher.status().ToString());
+      options.consistency = Consistency::kOpen;
+      why = "inotify unavailable";
+    }
+  }
+  ctx.kernel_asks_to_open = options.consistency == Consistency::kOpen;
+  spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
+
   if (fuse_set_signal_handlers(session.get()) != 0) {
     return fail(Status::IoError("cannot install signal handlers"));
   }
@@ -226,6 +253,9 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
 
+  // The watcher notifies through the session: stop it first.
+  (*fs)->SetChangeWatcher(nullptr);
+  watcher.reset();
   fuse_session_unmount(session.get());
   fuse_remove_signal_handlers(session.get());
   session.reset();

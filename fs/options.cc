@@ -1,6 +1,8 @@
 #include "fs/options.h"
 
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -14,6 +16,47 @@
 
 namespace epochfs::fs {
 namespace fsys = std::filesystem;
+
+const char* ConsistencyName(Consistency c) {
+  switch (c) {
+    case Consistency::kAuto: return "auto";
+    case Consistency::kOpen: return "open";
+    case Consistency::kNotify: return "notify";
+  }
+  return "?";
+}
+
+Consistency ResolveConsistency(Consistency requested, const fsys::path& source, std::string* why) {
+  if (requested != Consistency::kAuto) {
+    *why = "asked for";
+    return requested;
+  }
+  struct ::statfs sfs {};
+  if (::statfs(source.c_str(), &sfs) < 0) {
+    *why = "source filesystem unknown";
+    return Consistency::kOpen;
+  }
+  // Filesystems whose files other machines can change: inotify never hears of that.
+  struct Remote {
+    unsigned long magic;
+    const char* name;
+  };
+  static constexpr Remote kRemote[] = {
+      {NFS_SUPER_MAGIC, "nfs"},       {SMB_SUPER_MAGIC, "smb"},      {0xFF534D42, "cifs"},
+      {0xFE534D42, "smb2"},           {0x00C36400, "ceph"},          {0x0BD00BD0, "lustre"},
+      {V9FS_MAGIC, "9p"},             {0x65735546, "fuse"},          {0x47504653, "gpfs"},
+      {0x19830326, "beegfs"},         {0x013111A8, "ibrix"},         {0x6B414653, "afs"},
+      {CODA_SUPER_MAGIC, "coda"},     {0x73757245, "coda"},          {0x517B, "smbfs"},
+  };
+  for (const Remote& r : kRemote) {
+    if (static_cast<unsigned long>(sfs.f_type) == r.magic) {
+      *why = fmt::format("source is on {}", r.name);
+      return Consistency::kOpen;
+    }
+  }
+  *why = "source is on a local filesystem";
+  return Consistency::kNotify;
+}
 
 Result<uint64_t> ParseSize(const std::string& text) {
   auto bad = [&] {

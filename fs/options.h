@@ -15,6 +15,14 @@
 
 namespace epochfs::fs {
 
+// How changes made to the source underneath the mount reach readers (fs/fuse_ops.h).
+enum class Consistency {
+  kAuto,    // notify on local filesystems, open on network filesystems
+  kOpen,    // every open re-checks the source file (close-to-open)
+  kNotify,  // the kernel opens by itself; inotify pushes changes to it
+};
+const char* ConsistencyName(Consistency c);
+
 struct MountOptions {
   std::filesystem::path source;
   std::filesystem::path mountpoint;  // defaults to source: mount over itself
@@ -31,6 +39,7 @@ struct MountOptions {
   std::string log_level = "info";
   FuseTimeouts timeouts;
   unsigned max_threads = 16;
+  Consistency consistency = Consistency::kAuto;
 };
 
 // "8G", "512M", "1.5G", "4096", "64k": bytes. Powers of 1024. Anything else is an error.
@@ -44,6 +53,12 @@ std::filesystem::path DefaultCacheDir(const std::filesystem::path& source);
 // Checks: the source exists and is a directory; the mountpoint is a directory and not
 // already an epochfs mount; the cache dir is not inside the source or mountpoint.
 Status ResolveAndValidate(MountOptions& options);
+
+// kAuto becomes kOpen where inotify cannot see changes (NFS, SMB, Ceph, Lustre, FUSE
+// and other network or remote filesystems) and kNotify elsewhere; `why` says which
+// filesystem decided it.
+Consistency ResolveConsistency(Consistency requested, const std::filesystem::path& source,
+                               std::string* why);
 
 // Creates the cache dir if needed and checks it is writable. Sets `created` when this
 // call made it (so a failed mount can take it away again).

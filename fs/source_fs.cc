@@ -136,6 +136,9 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   if (!st.ok()) return st.status();
   UniqueFd dir_fd = S_ISDIR(st->st_mode) ? std::move(*fd) : UniqueFd();
   auto inode = inodes_.Remember(parent, name, *st, std::move(dir_fd));
+  if (inode->is_dir) {
+    if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
+  }
   return Entry{inode->nodeid, *st};
 }
 
@@ -145,7 +148,17 @@ Result<Entry> SourceFs::Lookup(uint64_t parent, const std::string& name) {
   return LookupIn(*dir, name);
 }
 
-void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) { inodes_.Forget(nodeid, nlookup); }
+void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
+  std::shared_ptr<Inode> gone = inodes_.Forget(nodeid, nlookup);
+  if (gone && gone->is_dir) {
+    if (ChangeWatcher* watcher = watcher_.load()) watcher->Unwatch(*gone);
+  }
+}
+
+void SourceFs::SetChangeWatcher(ChangeWatcher* watcher) {
+  watcher_.store(watcher);
+  if (watcher) watcher->Watch(*inodes_.root());
+}
 
 Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
   if (fh) return StatFd(fh->fd());
@@ -321,14 +334,9 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
 
 // ---- files ----
 
-Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
-  const int access = flags & O_ACCMODE;
-  if (access != O_RDONLY || (flags & O_TRUNC)) {
-    EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("open for writing"));
-  }
-  auto inode = FindInode(nodeid);
-  if (!inode.ok()) return inode.status();
-  Location loc = inodes_.LocationOf(**inode);
+Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inode& inode,
+                                                                      int flags) {
+  Location loc = inodes_.LocationOf(inode);
   if (!loc.parent) return Status::Stale("open: node has no parent");
   // The kernel has resolved the name and created nothing: never create or follow here.
   int open_flags = flags & ~(O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW | O_DIRECTORY);
@@ -339,17 +347,29 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   }
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
-  if (static_cast<uint64_t>(st->st_ino) != (*inode)->ino ||
-      static_cast<uint64_t>(st->st_dev) != (*inode)->dev) {
+  if (static_cast<uint64_t>(st->st_ino) != inode.ino ||
+      static_cast<uint64_t>(st->st_dev) != inode.dev) {
     return Status::Stale(fmt::format("'{}' now names another file", loc.name));
   }
-  const auto id = cache::SourceIdentity::FromStat(*st);
+  return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(*st));
+}
+
+Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
+  const int access = flags & O_ACCMODE;
+  if (access != O_RDONLY || (flags & O_TRUNC)) {
+    EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("open for writing"));
+  }
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto opened = OpenNode(**inode, flags);
+  if (!opened.ok()) return opened.status();
+  auto& [fd, id] = *opened;
   OpenResult result;
   const auto match = inodes_.SwapKernelCacheId(**inode, id);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
   result.attributes_changed = match == InodeTable::CacheMatch::kChanged;
   if (result.attributes_changed) cache_->Invalidate(id.dev, id.ino);
-  result.handle = std::make_unique<FileHandle>(*inode, std::move(*fd), id);
+  result.handle = std::make_unique<FileHandle>(*inode, std::move(fd), id);
   return result;
 }
 
@@ -398,6 +418,35 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
     inodes_.ClearKernelCacheId(*fh.inode());
   }
   return done;
+}
+
+Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto opened = OpenNode(**inode, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  return cache_->Read(cache::SourceFile{opened->first.get(), opened->second}, offset, size);
+}
+
+Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t size,
+                                   uint64_t offset) {
+  EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  auto opened = OpenNode(**inode, O_WRONLY);
+  if (!opened.ok()) return opened.status();
+  FileHandle fh(*inode, std::move(opened->first), opened->second);
+  return Write(fh, data, size, offset);
+}
+
+Status SourceFs::FsyncNode(uint64_t nodeid, bool datasync) {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  if ((*inode)->is_dir) return Status::Ok();
+  auto opened = OpenNode(**inode, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  FileHandle fh(*inode, std::move(opened->first), opened->second);
+  return Fsync(fh, datasync);
 }
 
 Status SourceFs::Fsync(FileHandle& fh, bool datasync) {
@@ -457,7 +506,7 @@ Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitte
       entry.attr.st_mode = static_cast<mode_t>(DTTOIF(de->d_type));
     }
     if (!emit(name, entry, next)) {
-      if (plus && !dot) inodes_.Forget(entry.nodeid, 1);
+      if (plus && !dot) Forget(entry.nodeid, 1);
       // Rewind so the entry that did not fit comes first next time.
       ::seekdir(dh.dir_, dh.position_);
       return Status::Ok();

@@ -31,6 +31,7 @@
 
 #include "cache/cache.h"
 #include "cache/unique_fd.h"
+#include "fs/change_watcher.h"
 #include "fs/inode_table.h"
 
 namespace epochfs::fs {
@@ -136,6 +137,18 @@ class SourceFs {
   Result<size_t> Write(FileHandle& fh, const char* data, size_t size, uint64_t offset);
   Status Fsync(FileHandle& fh, bool datasync);
 
+  // The same for requests that come without a file handle: in the "notify" consistency
+  // mode the kernel opens files without asking, and each request opens the source file
+  // for itself (a cheap syscall next to the IO it does on a miss).
+  Result<cache::ReadBuffer> ReadNode(uint64_t nodeid, uint64_t offset, size_t size);
+  Result<size_t> WriteNode(uint64_t nodeid, const char* data, size_t size, uint64_t offset);
+  Status FsyncNode(uint64_t nodeid, bool datasync);
+
+  // From now on every directory node is watched for changes made underneath the mount.
+  // `watcher` outlives this SourceFs's use of it (call with nullptr before destroying it).
+  void SetChangeWatcher(ChangeWatcher* watcher);
+  const InodeTable& inodes() const { return inodes_; }
+
   Result<std::unique_ptr<DirHandle>> OpenDir(uint64_t nodeid);
   // Calls `emit(name, entry, next_offset)` for each entry from `offset` on until it
   // returns false (the reply buffer is full). With `plus`, each entry is looked up (and
@@ -166,6 +179,8 @@ class SourceFs {
   Result<Location> Resolve(const Inode& inode, struct ::stat* st_out = nullptr) const;
   Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name);
   Status RefuseIfReadOnly(const char* what) const;
+  // Opens a non-directory node's source file with `flags`, checked to be the node's.
+  Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
   // Hands an object the daemon just created to the caller that asked for it.
   Status GiveToCaller(int dir_fd, const std::string& name, Caller caller) const;
   // A path that reaches the object through /proc, for the calls that have no *at() form.
@@ -175,6 +190,7 @@ class SourceFs {
   InodeTable inodes_;
   std::unique_ptr<cache::Cache> cache_;
   const bool running_as_root_;
+  std::atomic<ChangeWatcher*> watcher_{nullptr};
 };
 
 }  // namespace epochfs::fs

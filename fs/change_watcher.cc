@@ -1,0 +1,135 @@
+#include "fs/change_watcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+namespace epochfs::fs {
+namespace {
+
+constexpr uint32_t kDirMask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |
+                              IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR | IN_EXCL_UNLINK;
+
+}  // namespace
+
+Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& table,
+                                                           Invalidator& invalidator) {
+  UniqueFd inotify_fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!inotify_fd) return Status::FromErrno(errno, "inotify_init1");
+  UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd) return Status::FromErrno(errno, "eventfd");
+  std::unique_ptr<ChangeWatcher> watcher(
+      new ChangeWatcher(std::move(inotify_fd), std::move(wake_fd), table, invalidator));
+  watcher->thread_ = std::thread([w = watcher.get()] { w->Run(); });
+  return watcher;
+}
+
+ChangeWatcher::ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, const InodeTable& table,
+                             Invalidator& invalidator)
+    : inotify_fd_(std::move(inotify_fd)),
+      wake_fd_(std::move(wake_fd)),
+      table_(table),
+      invalidator_(invalidator) {}
+
+ChangeWatcher::~ChangeWatcher() {
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_.get(), &one, sizeof(one));
+  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
+  if (thread_.joinable()) thread_.join();
+}
+
+void ChangeWatcher::Watch(const Inode& dir) {
+  std::lock_guard lock(mutex_);
+  if (wd_by_nodeid_.count(dir.nodeid)) return;
+  // inotify takes a path; the O_PATH fd's /proc link names exactly this directory even
+  // when the source is hidden under the mount.
+  const std::string path = fmt::format("/proc/self/fd/{}", dir.dir_fd.get());
+  const int wd = ::inotify_add_watch(inotify_fd_.get(), path.c_str(), kDirMask);
+  if (wd < 0) {
+    if (watch_failures_.fetch_add(1) == 0) {
+      spdlog::warn(
+          "cannot watch source directories for changes ({}): changes made underneath the "
+          "mount are seen only after the attribute timeout; raise "
+          "fs.inotify.max_user_watches or use --consistency=open",
+          strerror(errno));
+    }
+    return;
+  }
+  // Two nodes cannot share a directory, but a wd can come back for a node that was
+  // forgotten and looked up again: the newest node wins.
+  nodeid_by_wd_[wd] = dir.nodeid;
+  wd_by_nodeid_[dir.nodeid] = wd;
+}
+
+void ChangeWatcher::Unwatch(const Inode& dir) {
+  std::lock_guard lock(mutex_);
+  auto it = wd_by_nodeid_.find(dir.nodeid);
+  if (it == wd_by_nodeid_.end()) return;
+  ::inotify_rm_watch(inotify_fd_.get(), it->second);
+  nodeid_by_wd_.erase(it->second);
+  wd_by_nodeid_.erase(it);
+}
+
+uint64_t ChangeWatcher::watched() const {
+  std::lock_guard lock(mutex_);
+  return wd_by_nodeid_.size();
+}
+
+void ChangeWatcher::Run() {
+  alignas(struct inotify_event) char buf[64 * 1024];
+  struct pollfd fds[2] = {{inotify_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+  while (true) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("change watcher stopped: poll: {}", strerror(errno));
+      return;
+    }
+    if (fds[1].revents) return;
+    const ssize_t n = ::read(inotify_fd_.get(), buf, sizeof(buf));
+    if (n <= 0) continue;
+    for (ssize_t off = 0; off < n;) {
+      const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
+      off += static_cast<ssize_t>(sizeof(struct inotify_event) + ev->len);
+      if (ev->mask & IN_Q_OVERFLOW) {
+        spdlog::warn("change watcher: inotify queue overflowed; some changes made underneath "
+                     "the mount are seen only after the attribute timeout");
+        continue;
+      }
+      if (ev->len == 0) continue;  // an event about the directory itself
+      events_.fetch_add(1, std::memory_order_relaxed);
+      Handle(ev->wd, ev->mask, ev->name);
+    }
+  }
+}
+
+void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
+  uint64_t parent_nodeid;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = nodeid_by_wd_.find(wd);
+    if (it == nodeid_by_wd_.end()) return;
+    parent_nodeid = it->second;
+  }
+  auto parent = table_.Find(parent_nodeid);
+  if (!parent) return;
+  // The name may now point at another object (created, renamed over) or at nothing.
+  if (mask & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)) {
+    invalidator_.InvalidateEntry(parent_nodeid, name);
+  }
+  if (mask & (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO)) {
+    struct ::stat st {};
+    if (::fstatat(parent->dir_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (auto node = table_.FindBySource(st.st_dev, st.st_ino)) {
+        invalidator_.InvalidateInode(node->nodeid);
+      }
+    }
+  }
+}
+
+}  // namespace epochfs::fs

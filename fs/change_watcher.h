@@ -1,0 +1,72 @@
+// ChangeWatcher: tells the kernel about changes made to the source underneath the
+// mount, so that the kernel may keep names, attributes and pages without asking the
+// daemon on every open (the "notify" consistency mode, docs/architecture.md).
+//
+// Every directory the kernel knows (a directory node) is watched with inotify. An
+// event for a name in it invalidates the kernel's entry for that name (so the next
+// path walk looks it up again: renamed over, deleted, created) and, when the name
+// still resolves to a known node, that node's attributes and pages (modified). Events
+// caused by the daemon's own pass-through writes invalidate too, which is harmless.
+// inotify sees changes made on this machine only: network filesystems use the "open"
+// mode instead.
+//
+// Thread-safety: Watch/Unwatch are thread-safe; one thread reads events and calls
+// the Invalidator, never from inside a FUSE request (the kernel forbids that).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "cache/unique_fd.h"
+#include "fs/inode_table.h"
+
+namespace epochfs::fs {
+
+// What the watcher asks of the FUSE layer.
+class Invalidator {
+ public:
+  virtual ~Invalidator() = default;
+  virtual void InvalidateEntry(uint64_t parent_nodeid, const std::string& name) = 0;
+  virtual void InvalidateInode(uint64_t nodeid) = 0;
+};
+
+class ChangeWatcher {
+ public:
+  // Starts the event thread. `table` outlives the watcher.
+  static Result<std::unique_ptr<ChangeWatcher>> Start(const InodeTable& table,
+                                                      Invalidator& invalidator);
+  ~ChangeWatcher();
+
+  // Starts watching directory node `dir` (idempotent). A failure (the inotify watch
+  // limit) is logged once and counted; that directory's changes are then seen only
+  // after the attribute and entry timeouts.
+  void Watch(const Inode& dir);
+  void Unwatch(const Inode& dir);
+
+  uint64_t watched() const;
+  uint64_t events() const { return events_.load(std::memory_order_relaxed); }
+  uint64_t watch_failures() const { return watch_failures_.load(std::memory_order_relaxed); }
+
+ private:
+  ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, const InodeTable& table,
+                Invalidator& invalidator);
+  void Run();
+  void Handle(int wd, uint32_t mask, const std::string& name);
+
+  UniqueFd inotify_fd_;
+  UniqueFd wake_fd_;  // an eventfd that ends Run()
+  const InodeTable& table_;
+  Invalidator& invalidator_;
+  mutable std::mutex mutex_;
+  std::unordered_map<int, uint64_t> nodeid_by_wd_;  // GUARDED_BY(mutex_)
+  std::unordered_map<uint64_t, int> wd_by_nodeid_;  // GUARDED_BY(mutex_)
+  std::atomic<uint64_t> events_{0};
+  std::atomic<uint64_t> watch_failures_{0};
+  std::thread thread_;
+};
+
+}  // namespace epochfs::fs
