@@ -200,7 +200,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
     fsname.push_back(c);
   }
   std::string mount_opts =
-      fmt::format("fsname=epochfs:{},subtype=epochfs,default_permissions", fsname);
+      fmt::format("fsname=epochfs:{},subtype=epochfs,default_permissions,noatime", fsname);
   if (options.allow_other) mount_opts += ",allow_other";
   if (options.read_only) mount_opts += ",ro";
   std::vector<std::string> argv_strings = {"epochfs", "-o", mount_opts};
