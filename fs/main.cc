@@ -254,7 +254,7 @@ int CmdUmount(const std::string& mountpoint_arg, bool lazy) {
 }
 
 int CmdMount(efs::MountOptions options, const std::string& ram, const std::string& disk,
-             const std::string& chunk) {
+             const std::string& chunk, const std::string& readahead) {
   auto ram_bytes = epochfs::fs::ParseSize(ram);
   if (!ram_bytes.ok()) return Refuse("--ram: " + ram_bytes.status().message());
   options.ram_budget = *ram_bytes;
@@ -267,6 +267,9 @@ int CmdMount(efs::MountOptions options, const std::string& ram, const std::strin
   auto chunk_bytes = epochfs::fs::ParseSize(chunk);
   if (!chunk_bytes.ok()) return Refuse("--chunk-size: " + chunk_bytes.status().message());
   options.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(*chunk_bytes, 1u << 30));
+  auto readahead_bytes = epochfs::fs::ParseSize(readahead);
+  if (!readahead_bytes.ok()) return Refuse("--readahead: " + readahead_bytes.status().message());
+  options.readahead = *readahead_bytes;
 
   Status valid = efs::ResolveAndValidate(options);
   if (!valid.ok()) return Refuse(valid.message());
@@ -295,7 +298,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   efs::MountOptions mount_options;
-  std::string ram = "1G", disk, chunk = "1M";
+  std::string ram = "1G", disk, chunk = "1M", readahead = "1M";
   std::string source, mountpoint;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE, over itself unless MOUNTPOINT is given");
   mount->add_option("SOURCE", source, "The data set folder")->required();
@@ -306,6 +309,9 @@ int main(int argc, char** argv) {
   mount->add_option("--disk", disk, "SSD tier budget, e.g. 200G (default: half the free space)");
   mount->add_option("--chunk-size", chunk,
                     "Files up to this size are cached whole; larger ones in chunks of it")
+      ->capture_default_str();
+  mount->add_option("--readahead", readahead,
+                    "Kernel readahead for the mount (0 keeps the kernel's default)")
       ->capture_default_str();
   mount->add_flag("-f,--foreground", mount_options.foreground, "Stay in the foreground");
   mount->add_flag("--read-only", mount_options.read_only, "Refuse writes with EROFS");
@@ -370,7 +376,7 @@ int main(int argc, char** argv) {
     mount_options.consistency = consistency == "open"     ? efs::Consistency::kOpen
                                 : consistency == "notify" ? efs::Consistency::kNotify
                                                           : efs::Consistency::kAuto;
-    return CmdMount(mount_options, ram, disk, chunk);
+    return CmdMount(mount_options, ram, disk, chunk, readahead);
   }
   if (*umount) return CmdUmount(umount_target, lazy);
   if (*status) return CmdStatus(status_target, json);

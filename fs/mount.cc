@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/cache.h"
@@ -20,6 +21,7 @@
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
+#include "fs/mount_table.h"
 #include "fs/source_fs.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -138,6 +140,24 @@ void RaiseFdLimit() {
   }
 }
 
+// Raises the mount's readahead through its bdi (/sys/class/bdi/MAJ:MIN). Call it only
+// once the kernel's INIT has been answered: the INIT reply sets the readahead to
+// min(current, what libfuse says), which is the kernel's 128 KiB default.
+void SetReadahead(const std::filesystem::path& mountpoint, uint64_t bytes) {
+  std::string device;
+  for (const auto& m : ReadMountTable()) {
+    if (m.mountpoint == mountpoint.string() && m.fstype == kFsType) device = m.device;
+  }
+  const std::string knob = fmt::format("/sys/class/bdi/{}/read_ahead_kb", device);
+  std::ofstream out(knob);
+  out << (bytes / 1024);
+  out.flush();
+  if (device.empty() || !out) {
+    spdlog::warn("cannot set readahead to {} KiB ({}): larger files take more round trips",
+                 bytes / 1024, device.empty() ? "mount not found in mountinfo" : knob);
+  }
+}
+
 struct SessionDeleter {
   void operator()(struct fuse_session* se) const { fuse_session_destroy(se); }
 };
@@ -246,12 +266,20 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
                options.mountpoint.string(), options.cache_dir.string(),
                options.ram_budget >> 20, options.disk_budget >> 20);
   ready(Status::Ok());
+  // A stat of the mountpoint returns once the loop has answered INIT (and this stat).
+  std::thread readahead_tuner([&] {
+    struct ::stat st {};
+    if (options.readahead > 0 && ::stat(options.mountpoint.c_str(), &st) == 0) {
+      SetReadahead(options.mountpoint, options.readahead);
+    }
+  });
 
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
+  readahead_tuner.join();
 
   // The watcher notifies through the session: stop it first.
   (*fs)->SetChangeWatcher(nullptr);
