@@ -49,7 +49,7 @@ void ChangeWatcher::Watch(const Inode& dir) {
   if (wd_by_nodeid_.count(dir.nodeid)) return;
   // inotify takes a path; the O_PATH fd's /proc link names exactly this directory even
   // when the source is hidden under the mount.
-  const std::string path = fmt::format("/proc/self/fd/{}", dir.dir_fd.get());
+  const std::string path = fmt::format("/proc/self/fd/{}", dir.path_fd.get());
   const int wd = ::inotify_add_watch(inotify_fd_.get(), path.c_str(), kDirMask);
   if (wd < 0) {
     if (watch_failures_.fetch_add(1) == 0) {
@@ -124,7 +124,7 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
   }
   if (mask & (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO)) {
     struct ::stat st {};
-    if (::fstatat(parent->dir_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (::fstatat(parent->path_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (auto node = table_.FindBySource(st.st_dev, st.st_ino)) {
         invalidator_.InvalidateInode(node->nodeid);
       }

@@ -118,8 +118,13 @@ void DoGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexce
     fuse_reply_attr(req, &st, 0);
     return;
   }
-  FileHandle* fh = (fi && !ControlDir::IsControl(ino)) ? HandleOf(fi) : nullptr;
-  auto st = ctx.fs->GetAttr(ino, fh);
+  FileHandle* fh = HandleOf(fi);
+  // Without a handle: in "open" mode by name (a name now meaning another file answers
+  // ESTALE, and the kernel looks it up again); in "notify" mode the node's own inode
+  // (the watcher keeps names current, and an fstat of an unlinked open file works).
+  auto st = fh                         ? ctx.fs->GetAttr(ino, fh)
+            : ctx.kernel_asks_to_open ? ctx.fs->GetAttr(ino, nullptr)
+                                      : ctx.fs->GetAttrByNode(ino);
   if (!st.ok()) return ReplyError(req, st.status());
   fuse_reply_attr(req, &*st, ctx.timeouts.attr_s);
 }

@@ -10,7 +10,7 @@ InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat) {
   root_->dev = root_stat.st_dev;
   root_->ino = root_stat.st_ino;
   root_->is_dir = true;
-  root_->dir_fd = std::move(root_fd);
+  root_->path_fd = std::move(root_fd);
   root_->nlookup = 1;  // the kernel never forgets the root
   by_nodeid_[kRootNodeId] = root_;
   by_devino_[{root_->dev, root_->ino}] = kRootNodeId;
@@ -24,7 +24,7 @@ std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
 
 std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent,
                                             const std::string& name, const struct ::stat& st,
-                                            UniqueFd dir_fd) {
+                                            UniqueFd path_fd) {
   std::lock_guard lock(mutex_);
   const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   if (auto it = by_devino_.find(key); it != by_devino_.end()) {
@@ -43,7 +43,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   inode->dev = key.dev;
   inode->ino = key.ino;
   inode->is_dir = S_ISDIR(st.st_mode);
-  inode->dir_fd = std::move(dir_fd);
+  inode->path_fd = std::move(path_fd);
   inode->parent = parent;
   inode->name = name;
   inode->nlookup = 1;

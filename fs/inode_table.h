@@ -2,21 +2,23 @@
 //
 // A FUSE node id names one source object (dev, ino) for as long as the kernel holds a
 // lookup reference on it. Node ids come from a counter and are never reused or derived
-// from pointers. Directories keep an O_PATH fd of the source directory: every source
-// access goes through `*at()` calls relative to such an fd, which is what lets
-// epochfs be mounted over the source folder itself. Other objects (files, symlinks,
-// fifos) keep no fd; they are reached by (parent directory, name), re-checked against
-// (dev, ino) whenever they are used, so a file renamed over or deleted in the source
-// is noticed instead of served stale. A child holds a shared_ptr to its parent, so the
-// parent's fd stays open while any child needs it.
+// from pointers. Every node keeps an O_PATH fd of its source object: a directory's is
+// the base of the `*at()` calls beneath it, which is what lets epochfs be mounted over
+// the source folder itself; a file's reaches that very inode even after it was
+// unlinked or renamed over, so a reader that opened it first keeps reading it. What a
+// *name* means now is answered by resolving (parent directory, name) again and
+// checking (dev, ino): a file renamed over or deleted in the source is noticed instead
+// of served stale. A child holds a shared_ptr to its parent, so the parent's fd stays
+// open while any child needs it.
 //
 // Thread-safety: all methods are thread-safe. `mutex_` guards the maps and every
-// Inode's mutable fields (parent, name, nlookup, kernel_cache_id); Inode::dir_fd and
+// Inode's mutable fields (parent, name, nlookup, kernel_cache_id); Inode::path_fd and
 // the (dev, ino) key are immutable after creation and read without the lock.
 #pragma once
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,7 +38,10 @@ struct Inode {
   uint64_t dev = 0;
   uint64_t ino = 0;
   bool is_dir = false;
-  UniqueFd dir_fd;  // O_PATH fd of the source directory; invalid for non-directories
+  UniqueFd path_fd;  // O_PATH fd of the source object (invalid if it could not be taken)
+  // Open file handles ("open" mode): while there are any, the node's attributes are its
+  // inode's even if its name now means something else (fstat of an unlinked open file).
+  std::atomic<int> open_handles{0};
 
   // Guarded by InodeTable::mutex_.
   std::shared_ptr<Inode> parent;  // null for the root
@@ -51,7 +56,7 @@ struct Inode {
 struct Location {
   std::shared_ptr<Inode> parent;
   std::string name;
-  int dir_fd() const { return parent->dir_fd.get(); }
+  int dir_fd() const { return parent->path_fd.get(); }
 };
 
 class InodeTable {
@@ -65,10 +70,10 @@ class InodeTable {
   std::shared_ptr<Inode> root() const { return root_; }
 
   // Records a lookup reference on the object `st` found as `name` in `parent`, creating
-  // its node on first sight. `dir_fd` is the object's O_PATH fd when it is a directory
-  // (taken only if the node is new). Updates the node's location.
+  // its node on first sight. `path_fd` is the object's O_PATH fd (kept only if the
+  // node is new). Updates the node's location.
   std::shared_ptr<Inode> Remember(const std::shared_ptr<Inode>& parent, const std::string& name,
-                                  const struct ::stat& st, UniqueFd dir_fd);
+                                  const struct ::stat& st, UniqueFd path_fd);
 
   // Drops `n` lookup references; the node goes away at zero (the root never does), and
   // is then returned so the caller can let go of what it holds for it.

@@ -77,7 +77,7 @@ TEST(InodeTable, ParentOutlivesForgetWhileAChildHoldsIt) {
   EXPECT_EQ(table.Find(dir_id), nullptr);
   Location loc = table.LocationOf(*child);
   ASSERT_NE(loc.parent, nullptr);
-  EXPECT_TRUE(loc.parent->dir_fd.valid());  // still open: the child needs it
+  EXPECT_TRUE(loc.parent->path_fd.valid());  // still open: the child needs it
 }
 
 }  // namespace

@@ -265,13 +265,17 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),
                options.mountpoint.string(), options.cache_dir.string(),
                options.ram_budget >> 20, options.disk_budget >> 20);
-  ready(Status::Ok());
-  // A stat of the mountpoint returns once the loop has answered INIT (and this stat).
-  std::thread readahead_tuner([&] {
+  // Ready only once the mount answers: a stat of the mountpoint returns after the loop
+  // (started below) has served INIT and the stat itself. Readahead can be raised only
+  // after INIT too (see SetReadahead).
+  std::thread announce_ready([&] {
     struct ::stat st {};
-    if (options.readahead > 0 && ::stat(options.mountpoint.c_str(), &st) == 0) {
+    if (::stat(options.mountpoint.c_str(), &st) != 0) {
+      spdlog::warn("the new mount does not answer a stat: {}", strerror(errno));
+    } else if (options.readahead > 0) {
       SetReadahead(options.mountpoint, options.readahead);
     }
+    ready(Status::Ok());
   });
 
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
@@ -279,7 +283,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
-  readahead_tuner.join();
+  announce_ready.join();
 
   // The watcher notifies through the session: stop it first.
   (*fs)->SetChangeWatcher(nullptr);

@@ -119,7 +119,7 @@ Status SourceFs::GiveToCaller(int dir_fd, const std::string& name, Caller caller
 }
 
 Result<std::string> SourceFs::ProcPath(const Inode& inode) const {
-  if (inode.is_dir) return fmt::format("/proc/self/fd/{}", inode.dir_fd.get());
+  if (inode.is_dir) return fmt::format("/proc/self/fd/{}", inode.path_fd.get());
   auto loc = Resolve(inode);
   if (!loc.ok()) return loc.status();
   return fmt::format("/proc/self/fd/{}/{}", loc->dir_fd(), loc->name);
@@ -130,12 +130,11 @@ Result<std::string> SourceFs::ProcPath(const Inode& inode) const {
 Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name) {
   // O_PATH opens no data and follows no symlink: it pins the object so that the stat
   // and the node we create are of the same thing.
-  auto fd = OpenBeneath(parent->dir_fd.get(), name, O_PATH);
+  auto fd = OpenBeneath(parent->path_fd.get(), name, O_PATH);
   if (!fd.ok()) return fd.status();
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
-  UniqueFd dir_fd = S_ISDIR(st->st_mode) ? std::move(*fd) : UniqueFd();
-  auto inode = inodes_.Remember(parent, name, *st, std::move(dir_fd));
+  auto inode = inodes_.Remember(parent, name, *st, std::move(*fd));
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
   }
@@ -164,7 +163,11 @@ Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
   if (fh) return StatFd(fh->fd());
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
-  if ((*inode)->is_dir) return StatFd((*inode)->dir_fd.get());
+  if ((*inode)->is_dir) return StatFd((*inode)->path_fd.get());
+  // FUSE sends fstat() without a file handle: an open file is asked about its inode.
+  if ((*inode)->open_handles.load() > 0 && (*inode)->path_fd) {
+    return StatFd((*inode)->path_fd.get());
+  }
   struct ::stat st {};
   auto loc = Resolve(**inode, &st);
   if (!loc.ok()) return loc.status();
@@ -232,10 +235,10 @@ Result<Entry> SourceFs::MakeNode(uint64_t parent, const std::string& name, mode_
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("mknod"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  if (::mknodat((*dir)->dir_fd.get(), name.c_str(), mode, rdev) < 0) {
+  if (::mknodat((*dir)->path_fd.get(), name.c_str(), mode, rdev) < 0) {
     return Errno(fmt::format("mknod '{}'", name));
   }
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
   return LookupIn(*dir, name);
 }
 
@@ -244,10 +247,10 @@ Result<Entry> SourceFs::MakeDir(uint64_t parent, const std::string& name, mode_t
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("mkdir"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  if (::mkdirat((*dir)->dir_fd.get(), name.c_str(), mode) < 0) {
+  if (::mkdirat((*dir)->path_fd.get(), name.c_str(), mode) < 0) {
     return Errno(fmt::format("mkdir '{}'", name));
   }
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
   return LookupIn(*dir, name);
 }
 
@@ -256,10 +259,10 @@ Result<Entry> SourceFs::SymLink(const std::string& target, uint64_t parent,
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("symlink"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  if (::symlinkat(target.c_str(), (*dir)->dir_fd.get(), name.c_str()) < 0) {
+  if (::symlinkat(target.c_str(), (*dir)->path_fd.get(), name.c_str()) < 0) {
     return Errno(fmt::format("symlink '{}'", name));
   }
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
   return LookupIn(*dir, name);
 }
 
@@ -272,7 +275,7 @@ Result<Entry> SourceFs::Link(uint64_t nodeid, uint64_t new_parent, const std::st
   if (!dir.ok()) return dir.status();
   auto loc = Resolve(**inode);
   if (!loc.ok()) return loc.status();
-  if (::linkat(loc->dir_fd(), loc->name.c_str(), (*dir)->dir_fd.get(), new_name.c_str(), 0) < 0) {
+  if (::linkat(loc->dir_fd(), loc->name.c_str(), (*dir)->path_fd.get(), new_name.c_str(), 0) < 0) {
     return Errno(fmt::format("link '{}'", new_name));
   }
   return LookupIn(*dir, new_name);
@@ -282,8 +285,8 @@ Status SourceFs::Unlink(uint64_t parent, const std::string& name) {
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("unlink"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  auto st = StatAt((*dir)->dir_fd.get(), name);
-  if (::unlinkat((*dir)->dir_fd.get(), name.c_str(), 0) < 0) {
+  auto st = StatAt((*dir)->path_fd.get(), name);
+  if (::unlinkat((*dir)->path_fd.get(), name.c_str(), 0) < 0) {
     return Errno(fmt::format("unlink '{}'", name));
   }
   // The last name gone: its cached chunks can never be served again, free them now.
@@ -295,7 +298,7 @@ Status SourceFs::RemoveDir(uint64_t parent, const std::string& name) {
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("rmdir"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  if (::unlinkat((*dir)->dir_fd.get(), name.c_str(), AT_REMOVEDIR) < 0) {
+  if (::unlinkat((*dir)->path_fd.get(), name.c_str(), AT_REMOVEDIR) < 0) {
     return Errno(fmt::format("rmdir '{}'", name));
   }
   return Status::Ok();
@@ -308,9 +311,9 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (!from.ok()) return from.status();
   auto to = FindDir(new_parent);
   if (!to.ok()) return to.status();
-  auto moved = StatAt((*from)->dir_fd.get(), name);
-  auto replaced = StatAt((*to)->dir_fd.get(), new_name);
-  if (::syscall(SYS_renameat2, (*from)->dir_fd.get(), name.c_str(), (*to)->dir_fd.get(),
+  auto moved = StatAt((*from)->path_fd.get(), name);
+  auto replaced = StatAt((*to)->path_fd.get(), new_name);
+  if (::syscall(SYS_renameat2, (*from)->path_fd.get(), name.c_str(), (*to)->path_fd.get(),
                 new_name.c_str(), flags) < 0) {
     return Errno(fmt::format("rename '{}' to '{}'", name, new_name));
   }
@@ -378,12 +381,14 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("create"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  auto fd = OpenBeneath((*dir)->dir_fd.get(), name, (flags | O_CREAT) & ~O_NOCTTY, mode);
+  auto fd = OpenBeneath((*dir)->path_fd.get(), name, (flags | O_CREAT) & ~O_NOCTTY, mode);
   if (!fd.ok()) return fd.status();
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->dir_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
-  auto inode = inodes_.Remember(*dir, name, *st, UniqueFd());
+  // A node's O_PATH fd; without one it is still reached by name.
+  auto path_fd = OpenBeneath((*dir)->path_fd.get(), name, O_PATH);
+  auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd());
   const auto id = cache::SourceIdentity::FromStat(*st);
   inodes_.SwapKernelCacheId(*inode, id);
   OpenResult open;
@@ -420,10 +425,29 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
   return done;
 }
 
+Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const Inode& inode,
+                                                                        int flags) {
+  if (!inode.path_fd) return OpenNode(inode, flags);
+  // The /proc link of an O_PATH fd reopens exactly that inode, even if it has no name.
+  const std::string path = fmt::format("/proc/self/fd/{}", inode.path_fd.get());
+  UniqueFd fd(::open(path.c_str(), (flags & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_CLOEXEC));
+  if (!fd) return Errno("reopen node");
+  auto st = StatFd(fd.get());
+  if (!st.ok()) return st.status();
+  return std::make_pair(std::move(fd), cache::SourceIdentity::FromStat(*st));
+}
+
+Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
+  auto inode = FindInode(nodeid);
+  if (!inode.ok()) return inode.status();
+  if ((*inode)->path_fd) return StatFd((*inode)->path_fd.get());
+  return GetAttr(nodeid, nullptr);
+}
+
 Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
-  auto opened = OpenNode(**inode, O_RDONLY);
+  auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
   return cache_->Read(cache::SourceFile{opened->first.get(), opened->second}, offset, size);
 }
@@ -433,7 +457,7 @@ Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t siz
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
-  auto opened = OpenNode(**inode, O_WRONLY);
+  auto opened = ReopenNode(**inode, O_WRONLY);
   if (!opened.ok()) return opened.status();
   FileHandle fh(*inode, std::move(opened->first), opened->second);
   return Write(fh, data, size, offset);
@@ -443,7 +467,7 @@ Status SourceFs::FsyncNode(uint64_t nodeid, bool datasync) {
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
   if ((*inode)->is_dir) return Status::Ok();
-  auto opened = OpenNode(**inode, O_RDONLY);
+  auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
   FileHandle fh(*inode, std::move(opened->first), opened->second);
   return Fsync(fh, datasync);
@@ -461,7 +485,7 @@ Result<std::unique_ptr<DirHandle>> SourceFs::OpenDir(uint64_t nodeid) {
   auto dir = FindDir(nodeid);
   if (!dir.ok()) return dir.status();
   // An O_PATH fd cannot be read; "." opened relative to it is the same directory.
-  int fd = ::openat((*dir)->dir_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = ::openat((*dir)->path_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Errno("opendir");
   DIR* d = ::fdopendir(fd);
   if (!d) {
@@ -525,7 +549,7 @@ Status SourceFs::FsyncDir(DirHandle& dh, bool datasync) {
 
 Result<struct ::statvfs> SourceFs::StatFs() {
   struct ::statvfs sv {};
-  if (::fstatvfs(inodes_.root()->dir_fd.get(), &sv) < 0) return Errno("statfs");
+  if (::fstatvfs(inodes_.root()->path_fd.get(), &sv) < 0) return Errno("statfs");
   return sv;
 }
 

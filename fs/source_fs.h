@@ -50,7 +50,12 @@ struct Entry {
 class FileHandle {
  public:
   FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceIdentity id)
-      : inode_(std::move(inode)), fd_(std::move(fd)), id_(id) {}
+      : inode_(std::move(inode)), fd_(std::move(fd)), id_(id) {
+    inode_->open_handles.fetch_add(1);
+  }
+  ~FileHandle() { inode_->open_handles.fetch_sub(1); }
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
   const std::shared_ptr<Inode>& inode() const { return inode_; }
   int fd() const { return fd_.get(); }
   cache::SourceIdentity identity() const {
@@ -138,8 +143,10 @@ class SourceFs {
   Status Fsync(FileHandle& fh, bool datasync);
 
   // The same for requests that come without a file handle: in the "notify" consistency
-  // mode the kernel opens files without asking, and each request opens the source file
-  // for itself (a cheap syscall next to the IO it does on a miss).
+  // mode the kernel opens files without asking, and each request reopens the node's own
+  // source inode through its O_PATH fd (a cheap syscall next to the IO of a miss). So a
+  // file unlinked or renamed over while a reader has it open is still that file.
+  Result<struct ::stat> GetAttrByNode(uint64_t nodeid);
   Result<cache::ReadBuffer> ReadNode(uint64_t nodeid, uint64_t offset, size_t size);
   Result<size_t> WriteNode(uint64_t nodeid, const char* data, size_t size, uint64_t offset);
   Status FsyncNode(uint64_t nodeid, bool datasync);
@@ -179,8 +186,11 @@ class SourceFs {
   Result<Location> Resolve(const Inode& inode, struct ::stat* st_out = nullptr) const;
   Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name);
   Status RefuseIfReadOnly(const char* what) const;
-  // Opens a non-directory node's source file with `flags`, checked to be the node's.
+  // Opens a non-directory node's source file by its current name with `flags`, checked
+  // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
+  // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
+  Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
   // Hands an object the daemon just created to the caller that asked for it.
   Status GiveToCaller(int dir_fd, const std::string& name, Caller caller) const;
   // A path that reaches the object through /proc, for the calls that have no *at() form.

@@ -241,6 +241,42 @@ TEST_P(ChangedUnderneathTest, ModifiedReplacedDeletedCreatedAreNeverServedStale)
 
 INSTANTIATE_TEST_SUITE_P(Modes, ChangedUnderneathTest, ::testing::Values("open", "notify"));
 
+// POSIX: a file a reader has open stays that file when its name is unlinked or
+// renamed over. The reads below the first 1 MiB are not in the kernel's page cache
+// yet, so they reach the daemon after the name is gone.
+TEST_P(ChangedUnderneathTest, OpenFileSurvivesUnlinkAndRenameOver) {
+  const std::string old_bytes = RandomBytes(8u << 20, 21);
+  for (const char* name : {"gone.bin", "replaced.bin"}) {
+    WriteFile(src_ / name, old_bytes);
+    AgeFile(src_ / name, 3600);
+  }
+  auto m = MountIt({"--consistency", GetParam()});
+  ASSERT_TRUE(m->ok());
+  for (const std::string name : {"gone.bin", "replaced.bin"}) {
+    int fd = ::open((mnt_ / name).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << name;
+    char head[4096];
+    ASSERT_EQ(::pread(fd, head, sizeof(head), 0), static_cast<ssize_t>(sizeof(head)));
+    if (name == "gone.bin") {
+      fsys::remove(mnt_ / name);
+    } else {
+      WriteFile(mnt_ / "new.tmp", "new content");
+      fsys::rename(mnt_ / "new.tmp", mnt_ / name);
+    }
+    std::string tail(1u << 20, '\0');
+    const off_t at = 6u << 20;
+    EXPECT_EQ(::pread(fd, tail.data(), tail.size(), at), static_cast<ssize_t>(tail.size()))
+        << name << ": " << strerror(errno);
+    EXPECT_TRUE(tail == old_bytes.substr(at, tail.size())) << name << ": not the old bytes";
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd, &st), 0) << name << ": " << strerror(errno);
+    EXPECT_EQ(st.st_size, static_cast<off_t>(old_bytes.size())) << name;
+    ::close(fd);
+  }
+  EXPECT_EQ(ReadFile(mnt_ / "replaced.bin"), "new content");
+  EXPECT_FALSE(fsys::exists(mnt_ / "gone.bin"));
+}
+
 TEST_F(MountTest, RequestsPerFileInEachMode) {
   Dataset d = Dataset::Make(src_, 100, 4, 20000, 11);
   for (const std::string mode : {"open", "notify"}) {
