@@ -43,6 +43,16 @@ Result<UniqueFd> OpenBeneath(int dir_fd, const std::string& name, int flags, mod
   return UniqueFd(fd);
 }
 
+// The flags of an open the kernel forwards, reduced to what the source fd should carry.
+// The kernel has resolved the name and created nothing (no O_CREAT, never follow);
+// its internal bits (__FMODE_EXEC for an exec) make openat2 fail with EINVAL; and
+// O_DIRECT would break the cache's unaligned reads of the source (the page cache of
+// the mount is the kernel's business, not the source fd's).
+int SourceOpenFlags(int kernel_flags) {
+  return kernel_flags & (O_ACCMODE | O_APPEND | O_TRUNC | O_DSYNC | O_SYNC | O_LARGEFILE |
+                         O_NOATIME);
+}
+
 Result<struct ::stat> StatAt(int dir_fd, const std::string& name) {
   struct ::stat st {};
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -341,9 +351,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
                                                                       int flags) {
   Location loc = inodes_.LocationOf(inode);
   if (!loc.parent) return Status::Stale("open: node has no parent");
-  // The kernel has resolved the name and created nothing: never create or follow here.
-  int open_flags = flags & ~(O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW | O_DIRECTORY);
-  auto fd = OpenBeneath(loc.dir_fd(), loc.name, open_flags);
+  auto fd = OpenBeneath(loc.dir_fd(), loc.name, SourceOpenFlags(flags));
   if (!fd.ok()) {
     if (fd.status().code() == Code::kNotFound) return Status::Stale(fd.status().message());
     return fd.status();
@@ -381,7 +389,8 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("create"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  auto fd = OpenBeneath((*dir)->path_fd.get(), name, (flags | O_CREAT) & ~O_NOCTTY, mode);
+  auto fd = OpenBeneath((*dir)->path_fd.get(), name,
+                        SourceOpenFlags(flags) | O_CREAT | (flags & O_EXCL), mode);
   if (!fd.ok()) return fd.status();
   EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
   auto st = StatFd(fd->get());
@@ -430,7 +439,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
   if (!inode.path_fd) return OpenNode(inode, flags);
   // The /proc link of an O_PATH fd reopens exactly that inode, even if it has no name.
   const std::string path = fmt::format("/proc/self/fd/{}", inode.path_fd.get());
-  UniqueFd fd(::open(path.c_str(), (flags & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), (SourceOpenFlags(flags) & ~O_TRUNC) | O_CLOEXEC));
   if (!fd) return Errno("reopen node");
   auto st = StatFd(fd.get());
   if (!st.ok()) return st.status();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -240,6 +241,26 @@ TEST_P(ChangedUnderneathTest, ModifiedReplacedDeletedCreatedAreNeverServedStale)
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ChangedUnderneathTest, ::testing::Values("open", "notify"));
+
+// Opens carry kernel-internal flags (an exec) and flags the source fd must not get
+// (O_DIRECT would break the cache's unaligned reads).
+TEST_P(ChangedUnderneathTest, ExecAndODirectOpensWork) {
+  fsys::copy_file("/bin/true", src_ / "true");
+  const std::string data = RandomBytes(1u << 20, 31);
+  WriteFile(src_ / "direct.bin", data);
+  auto m = MountIt({"--consistency", GetParam()});
+  ASSERT_TRUE(m->ok());
+  CommandResult r = ::epochfs::testing::Run({(mnt_ / "true").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  int fd = ::open((mnt_ / "direct.bin").c_str(), O_RDONLY | O_DIRECT);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  void* buf = nullptr;
+  ASSERT_EQ(::posix_memalign(&buf, 4096, data.size()), 0);
+  EXPECT_EQ(::pread(fd, buf, data.size(), 0), static_cast<ssize_t>(data.size())) << strerror(errno);
+  EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+  ::free(buf);
+  ::close(fd);
+}
 
 // POSIX: a file a reader has open stays that file when its name is unlinked or
 // renamed over. The reads below the first 1 MiB are not in the kernel's page cache
