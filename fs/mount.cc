@@ -20,6 +20,9 @@
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
+#include "fs/metrics.h"
+#include "fs/metrics_server.h"
+#include "fs/service_notify.h"
 #include "fs/source_fs.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -43,8 +46,11 @@ std::pair<uint64_t, uint64_t> ResidentSetBytes() {
   return {rss, peak};
 }
 
-std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
+// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
+// exporter renders it as Prometheus text (fs/metrics.h).
+nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                             const ChangeWatcher* watcher,
+                             std::chrono::steady_clock::time_point started) {
   const cache::CacheStats s = fs.cache().Stats();
   nlohmann::json j;
   j["version"] = EPOCHFS_VERSION;
@@ -98,7 +104,12 @@ std::string StatsJson(const MountOptions& options, const FuseContext& ctx, Sourc
   const auto [rss, peak] = ResidentSetBytes();
   j["daemon_rss_bytes"] = rss;
   j["daemon_peak_rss_bytes"] = peak;
-  return j.dump(2) + "\n";
+  return j;
+}
+
+std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
+  return StatsSnapshot(options, ctx, fs, watcher, started).dump(2) + "\n";
 }
 
 // One daemon per cache dir: two writers would interleave their packs.
@@ -233,6 +244,22 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   ctx.kernel_asks_to_open = options.consistency == Consistency::kOpen;
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
 
+  // ---- Observability: the metrics endpoint and textfile (fs/metrics_server.h). ----
+  // Bound before mounting, so a taken port refuses the mount instead of a half start.
+  std::unique_ptr<MetricsExporter> exporter;
+  if (!options.metrics_listen.empty() || !options.metrics_textfile.empty()) {
+    MetricsExporter::Options metrics_options;
+    metrics_options.listen = options.metrics_listen;
+    metrics_options.allow_remote = options.metrics_allow_remote;
+    metrics_options.textfile = options.metrics_textfile;
+    auto started_exporter = MetricsExporter::Start(metrics_options, [&] {
+      return PrometheusText(StatsSnapshot(options, ctx, **fs, watcher.get(), started));
+    });
+    if (!started_exporter.ok()) return fail(started_exporter.status());
+    exporter = std::move(*started_exporter);
+  }
+  // ---- end observability ----
+
   if (fuse_set_signal_handlers(session.get()) != 0) {
     return fail(Status::IoError("cannot install signal handlers"));
   }
@@ -246,12 +273,18 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
                options.mountpoint.string(), options.cache_dir.string(),
                options.ram_budget >> 20, options.disk_budget >> 20);
   ready(Status::Ok());
+  // ---- systemd: READY=1 only now that the mount answers (fs/service_notify.h). ----
+  NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
+                          options.mountpoint.string()));
 
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
+  // ---- systemd and metrics: going down (the flush below may take a while). ----
+  NotifyStopping();
+  exporter.reset();
 
   // The watcher notifies through the session: stop it first.
   (*fs)->SetChangeWatcher(nullptr);
