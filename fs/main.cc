@@ -19,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
 #include "fs/config.h"
+#include "fs/journal_log.h"
 #include "fs/metrics_server.h"
 #include "fs/mount.h"
 #include "fs/mount_table.h"
@@ -58,6 +59,9 @@ void SetUpLogging(const efs::MountOptions& options, bool to_file) {
       // reason to refuse a mount.
     }
   }
+  // ---- systemd: stderr is the journal; give each line its priority (fs/journal_log.h).
+  if (!to_file && efs::StderrIsJournal()) spdlog::set_formatter(efs::JournalFormatter());
+  // ---- end systemd ----
   spdlog::set_level(spdlog::level::from_str(options.log_level));
   spdlog::flush_on(spdlog::level::warn);
   spdlog::flush_every(std::chrono::seconds(2));
