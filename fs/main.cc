@@ -203,6 +203,19 @@ int CmdStatus(const std::string& mountpoint, bool json) {
   nlohmann::json all = nlohmann::json::array();
   for (const auto& target : targets) {
     auto stats = ReadStats(target);
+    // ---- all mounts: one dead daemon must not hide the others. It is reported (an
+    // "error" key in JSON) but is no failure of this command, which did its job.
+    if (!stats.ok() && mountpoint.empty()) {
+      if (json) {
+        all.push_back({{"mountpoint", target.string()}, {"error", stats.status().message()}});
+      } else {
+        fmt::print("epochfs on {}: NOT RESPONDING ({})\n  the daemon is gone; clear it with "
+                   "`epochfs umount --lazy {}` and mount again\n",
+                   target.string(), stats.status().message(), target.string());
+      }
+      continue;
+    }
+    // ---- end all mounts ----
     if (!stats.ok()) return Refuse(stats.status().message());
     if (json) {
       all.push_back(*stats);

@@ -495,6 +495,37 @@ TEST_F(OpsTest, TopOnceShowsTheMount) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
+TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
+  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir",
+                             cache_.string(), "--ram", "64M", "--disk", "256M"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitGone(pid, std::chrono::seconds(10)));
+  struct stat st {};
+  EXPECT_NE(::stat((mnt_ / "a.txt").c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOTCONN) << "a dead daemon's mount: Transport endpoint is not connected";
+
+  const std::string mp = fsys::canonical(dir_.path()).string() + "/mnt";
+  CommandResult table = Epochfs({"status"});
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("epochfs on " + mp + ": NOT RESPONDING"), std::string::npos)
+      << table.output;
+  CommandResult json = Epochfs({"status", "--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  bool found = false;
+  for (const auto& m : nlohmann::json::parse(json.output)) {
+    if (m.value("mountpoint", "") == mp) found = m.contains("error");
+  }
+  EXPECT_TRUE(found) << json.output;
+
+  CommandResult u = Epochfs({"umount", "--lazy", mnt_.string()});
+  EXPECT_EQ(u.exit_code, 0) << u.output;
+  EXPECT_FALSE(IsMounted(mnt_));
+  if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
+}
+
 // ---------------------------------------------------------------------------------
 // Security: a root daemon must not let a user read what the source refuses them.
 
