@@ -341,7 +341,7 @@ TEST_F(OpsTest, MountHelperRefusesUnknownOptions) {
 
 // mount(8) looks for helpers in /sbin and /usr/sbin only: the test links the build's
 // helper there for the duration of the test (unless one is installed already).
-TEST_F(OpsTest, MountDashTEpochfsAndUmount) {
+TEST_F(OpsTest, MountDashTEpochfsAndFstabMountAllAndUmount) {
   if (!OnPath("mount")) GTEST_SKIP() << "mount(8) is missing";
   const fsys::path link = "/usr/sbin/mount.epochfs";
   std::error_code ec;
@@ -368,6 +368,23 @@ TEST_F(OpsTest, MountDashTEpochfsAndUmount) {
   EXPECT_EQ(u.exit_code, 0) << u.output;
   EXPECT_FALSE(IsMounted(mnt_));
   EXPECT_TRUE(WaitGone(pid, std::chrono::seconds(30)));
+  if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
+
+  // The fstab line, through `mount -a` on an fstab of the test's own (-T), then
+  // `umount MOUNTPOINT` as a person would.
+  const fsys::path fstab = dir_ / "fstab";
+  WriteFile(fstab, "# epochfs test\n" + src_.string() + "  " + mnt_.string() +
+                       "  epochfs  ram=64M,disk=256M,cache_dir=" + cache_.string() +
+                       ",_netdev  0 0\n");
+  CommandResult all = epochfs::testing::Run({"mount", "-a", "-T", fstab.string()});
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  ASSERT_TRUE(IsMounted(mnt_));
+  EXPECT_EQ(ReadFile(mnt_ / "a.txt"), "hello epochfs\n");
+  const pid_t pid2 = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
+  CommandResult u2 = epochfs::testing::Run({"umount", mnt_.string()});
+  EXPECT_EQ(u2.exit_code, 0) << u2.output;
+  EXPECT_FALSE(IsMounted(mnt_));
+  EXPECT_TRUE(WaitGone(pid2, std::chrono::seconds(30)));
   if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
 }
 
