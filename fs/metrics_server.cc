@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -97,6 +98,8 @@ MetricsExporter::~MetricsExporter() {
   }
   if (server_.joinable()) server_.join();
   if (textfile_writer_.joinable()) textfile_writer_.join();
+  // Counters of a mount that is gone must not stay exported as if it were live.
+  if (!options_.textfile.empty()) ::unlink(options_.textfile.c_str());
 }
 
 void MetricsExporter::Serve() {

@@ -7,7 +7,8 @@
 // It binds loopback unless the operator allows another host: the counters are not
 // secret, but the endpoint should not be reachable from the network by accident.
 // The textfile is rewritten every 10 s as FILE.tmp + rename, so node-exporter never
-// reads half a file.
+// reads half a file, and removed when the exporter stops, so a mount that is gone does
+// not stay exported with frozen counters.
 //
 // Thread-safety: Start and the destructor from one thread; `render` is called from the
 // exporter's threads and must be thread-safe.

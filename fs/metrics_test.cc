@@ -137,6 +137,7 @@ TEST(MetricsExporter, ServesMetricsOnlyAndWritesTheTextfile) {
   EXPECT_FALSE(std::filesystem::exists(dir / "epochfs.prom.tmp"));
   EXPECT_GE(renders.load(), 3);  // first write, scrape, and at least one rewrite
   e->reset();
+  EXPECT_FALSE(std::filesystem::exists(dir / "epochfs.prom")) << "removed on stop";
   std::filesystem::remove_all(dir);
 }
 
