@@ -16,13 +16,20 @@ using Setter = std::function<std::string(const toml::node&, MountOptions&)>;
 
 std::string TypeName(const toml::node& v) {
   switch (v.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date or time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date or time";
   }
 }
 
@@ -103,7 +110,8 @@ const std::map<std::string, Setter>& Setters() {
          o.disk_budget = n;
          o.disk_budget_set = true;
        })},
-      {"chunk_size", [](const toml::node& v, MountOptions& o) -> std::string {
+      {"chunk_size",
+       [](const toml::node& v, MountOptions& o) -> std::string {
          uint64_t n = 0;
          std::string why = Size([&](uint64_t b, MountOptions&) { n = b; })(v, o);
          if (!why.empty()) return why;
@@ -114,9 +122,8 @@ const std::map<std::string, Setter>& Setters() {
       {"read_only", Bool(&MountOptions::read_only)},
       {"allow_other", Bool(&MountOptions::allow_other)},
       {"io_uring", Bool(&MountOptions::use_io_uring)},
-      {"log_level",
-       OneOf({"trace", "debug", "info", "warn", "error", "off"},
-             [](const std::string& s, MountOptions& o) { o.log_level = s; })},
+      {"log_level", OneOf({"trace", "debug", "info", "warn", "error", "off"},
+                          [](const std::string& s, MountOptions& o) { o.log_level = s; })},
       {"consistency", OneOf({"auto", "open", "notify"},
                             [](const std::string& s, MountOptions& o) {
                               o.consistency = s == "open"     ? Consistency::kOpen
@@ -125,7 +132,8 @@ const std::map<std::string, Setter>& Setters() {
                             })},
       {"attr_timeout", Seconds(&FuseTimeouts::attr_s)},
       {"entry_timeout", Seconds(&FuseTimeouts::entry_s)},
-      {"threads", [](const toml::node& v, MountOptions& o) -> std::string {
+      {"threads",
+       [](const toml::node& v, MountOptions& o) -> std::string {
          if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
          const int64_t n = *v.value<int64_t>();
          if (n < 1 || n > 1024) return fmt::format("{} is outside 1..1024", n);
@@ -154,15 +162,14 @@ const std::set<std::string>& ConfigKeys() {
   return keys;
 }
 
-Status ApplyConfigText(const std::string& text, const std::string& filename,
-                       MountOptions& options, std::set<std::string>* set_keys) {
+Status ApplyConfigText(const std::string& text, const std::string& filename, MountOptions& options,
+                       std::set<std::string>* set_keys) {
   toml::table table;
   try {
     table = toml::parse(text, filename);
   } catch (const toml::parse_error& e) {
-    return Status::InvalidArgument(fmt::format("{}:{}:{}: {}", filename,
-                                               e.source().begin.line, e.source().begin.column,
-                                               e.description()));
+    return Status::InvalidArgument(fmt::format("{}:{}:{}: {}", filename, e.source().begin.line,
+                                               e.source().begin.column, e.description()));
   }
   // Keys in file order, so the first error reported is the first in the file.
   std::vector<std::pair<toml::source_position, std::string>> keys;
@@ -184,8 +191,8 @@ Status ApplyConfigText(const std::string& text, const std::string& filename,
     const toml::node& value = *table.get(key);
     const std::string why = it->second(value, options);
     if (!why.empty()) {
-      return Status::InvalidArgument(fmt::format("{}:{}: key '{}': {}", filename,
-                                                 value.source().begin.line, key, why));
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: key '{}': {}", filename, value.source().begin.line, key, why));
     }
     if (set_keys) set_keys->insert(key);
   }

@@ -25,8 +25,8 @@ const std::set<std::string>& ConfigKeys();
 // Parses TOML `text` (named `filename` in messages) and sets the options it names in
 // `options`; `set_keys` (may be null) receives the keys that were present. Options the
 // file does not name are left as they are. On error `options` may be partly set.
-Status ApplyConfigText(const std::string& text, const std::string& filename,
-                       MountOptions& options, std::set<std::string>* set_keys);
+Status ApplyConfigText(const std::string& text, const std::string& filename, MountOptions& options,
+                       std::set<std::string>* set_keys);
 
 // Reads `path` and applies it as above. A missing file is NotFound.
 Status ApplyConfigFile(const std::filesystem::path& path, MountOptions& options,

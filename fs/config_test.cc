@@ -80,7 +80,8 @@ TEST(Config, WrongTypeNamesFileLineAndKey) {
   EXPECT_EQ(st.message(),
             "/etc/epochfs/x.conf:2: key 'read_only': expected true or false, got a string");
   st = Apply("threads = 2.5\n", o);
-  EXPECT_EQ(st.message(), "/etc/epochfs/x.conf:1: key 'threads': expected an integer, got a number");
+  EXPECT_EQ(st.message(),
+            "/etc/epochfs/x.conf:1: key 'threads': expected an integer, got a number");
 }
 
 TEST(Config, BadSizeNamesFileLineAndKey) {

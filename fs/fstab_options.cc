@@ -45,10 +45,9 @@ const std::map<std::string, std::string>& FlagOptions() {
 // writes through unless ro).
 bool Ignored(const std::string& key) {
   static const std::set<std::string> kIgnored = {
-      "_netdev", "defaults", "auto",   "noauto",  "nofail", "user",     "users",
-      "nouser",  "owner",    "group",  "rw",      "noatime", "relatime", "atime",
-      "nodev",   "dev",      "nosuid", "suid",    "noexec", "exec",     "async",
-      "silent",  "loud",     "comment"};
+      "_netdev", "defaults", "auto",   "noauto",  "nofail",   "user",   "users", "nouser",
+      "owner",   "group",    "rw",     "noatime", "relatime", "atime",  "nodev", "dev",
+      "nosuid",  "suid",     "noexec", "exec",    "async",    "silent", "loud",  "comment"};
   return kIgnored.count(key) > 0 || key.rfind("x-", 0) == 0;
 }
 
@@ -76,10 +75,17 @@ Result<HelperInvocation> ParseHelperArgs(const std::vector<std::string>& args) {
     } else if (a.size() > 1 && a[0] == '-') {
       for (size_t c = 1; c < a.size(); c++) {
         switch (a[c]) {
-          case 's': inv.sloppy = true; break;
-          case 'f': inv.fake = true; break;
-          case 'n': break;  // no /etc/mtab to write: the kernel's table is the truth
-          case 'v': inv.verbose = true; break;
+          case 's':
+            inv.sloppy = true;
+            break;
+          case 'f':
+            inv.fake = true;
+            break;
+          case 'n':
+            break;  // no /etc/mtab to write: the kernel's table is the truth
+          case 'v':
+            inv.verbose = true;
+            break;
           default:
             return Status::InvalidArgument(fmt::format("unknown flag -{}", a[c]));
         }
@@ -89,8 +95,7 @@ Result<HelperInvocation> ParseHelperArgs(const std::vector<std::string>& args) {
     }
   }
   if (positional.size() != 2) {
-    return Status::InvalidArgument(
-        "usage: mount.epochfs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS]");
+    return Status::InvalidArgument("usage: mount.epochfs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS]");
   }
   inv.source = positional[0];
   inv.mountpoint = positional[1];
@@ -116,7 +121,8 @@ Result<std::vector<std::string>> TranslateFstabOptions(const HelperInvocation& i
       auto value = ValueOptions().find(key);
       if (value != ValueOptions().end()) {
         const std::string v = opt.substr(eq + 1);
-        if (v.empty()) return Status::InvalidArgument(fmt::format("option '{}' has an empty value", key));
+        if (v.empty())
+          return Status::InvalidArgument(fmt::format("option '{}' has an empty value", key));
         out.push_back(value->second);
         out.push_back(v);
         continue;
@@ -126,11 +132,11 @@ Result<std::vector<std::string>> TranslateFstabOptions(const HelperInvocation& i
       }
     }
     if (inv.sloppy) continue;
-    return Status::InvalidArgument(fmt::format(
-        "unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, "
-        "consistency=, log_level=, log_file=, attr_timeout=, entry_timeout=, threads=, "
-        "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring)",
-        opt));
+    return Status::InvalidArgument(
+        fmt::format("unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, "
+                    "consistency=, log_level=, log_file=, attr_timeout=, entry_timeout=, threads=, "
+                    "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring)",
+                    opt));
   }
   return out;
 }

@@ -22,14 +22,14 @@ TEST(FstabOptions, TranslatesTheIssueExample) {
 }
 
 TEST(FstabOptions, FlagsValuesAndIgnoredOptions) {
-  EXPECT_EQ(Translate({"/s", "/m", "-n", "-o",
-                       "rw,defaults,noauto,nofail,x-systemd.automount,comment=x,ro,allow_other,"
-                       "consistency=open,log_level=debug,attr_timeout=1.5,threads=4,config=/etc/"
-                       "epochfs/a.conf"}),
-            (std::vector<std::string>{"mount", "/s", "/m", "--read-only", "--allow-other",
-                                      "--consistency", "open", "--log-level", "debug",
-                                      "--attr-timeout", "1.5", "--threads", "4", "--config",
-                                      "/etc/epochfs/a.conf"}));
+  EXPECT_EQ(
+      Translate({"/s", "/m", "-n", "-o",
+                 "rw,defaults,noauto,nofail,x-systemd.automount,comment=x,ro,allow_other,"
+                 "consistency=open,log_level=debug,attr_timeout=1.5,threads=4,config=/etc/"
+                 "epochfs/a.conf"}),
+      (std::vector<std::string>{"mount", "/s", "/m", "--read-only", "--allow-other",
+                                "--consistency", "open", "--log-level", "debug", "--attr-timeout",
+                                "1.5", "--threads", "4", "--config", "/etc/epochfs/a.conf"}));
 }
 
 TEST(FstabOptions, ParsesMountHelperFlags) {

@@ -17,11 +17,21 @@ class PriorityPrefix : public spdlog::custom_flag_formatter {
               spdlog::memory_buf_t& dest) override {
     char prefix = '6';
     switch (msg.level) {
-      case spdlog::level::critical: prefix = '2'; break;
-      case spdlog::level::err: prefix = '3'; break;
-      case spdlog::level::warn: prefix = '4'; break;
-      case spdlog::level::info: prefix = '6'; break;
-      default: prefix = '7'; break;
+      case spdlog::level::critical:
+        prefix = '2';
+        break;
+      case spdlog::level::err:
+        prefix = '3';
+        break;
+      case spdlog::level::warn:
+        prefix = '4';
+        break;
+      case spdlog::level::info:
+        prefix = '6';
+        break;
+      default:
+        prefix = '7';
+        break;
     }
     const char text[3] = {'<', prefix, '>'};
     dest.append(text, text + 3);

@@ -118,7 +118,9 @@ void MetricsExporter::Serve() {
 }
 
 void MetricsExporter::ServeOne(int fd) {
-  struct timeval timeout {1, 0};
+  struct timeval timeout {
+    1, 0
+  };
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   std::string request;
@@ -142,9 +144,9 @@ void MetricsExporter::ServeOne(int fd) {
     type = "text/plain";
     body = "GET /metrics\n";
   }
-  const std::string response =
-      fmt::format("HTTP/1.0 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-                  status, type, body.size(), body);
+  const std::string response = fmt::format(
+      "HTTP/1.0 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+      status, type, body.size(), body);
   size_t sent = 0;
   while (sent < response.size()) {
     const ssize_t n = ::send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);

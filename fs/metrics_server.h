@@ -42,9 +42,9 @@ Result<ListenAddress> ParseListenAddress(const std::string& text, bool allow_rem
 class MetricsExporter {
  public:
   struct Options {
-    std::string listen;                 // empty: no endpoint
+    std::string listen;  // empty: no endpoint
     bool allow_remote = false;
-    std::filesystem::path textfile;     // empty: no textfile
+    std::filesystem::path textfile;  // empty: no textfile
     double textfile_interval_s = 10.0;
   };
 

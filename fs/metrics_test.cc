@@ -6,14 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <map>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <regex>
 #include <set>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include "fs/metrics_server.h"
 

@@ -9,8 +9,8 @@
 namespace epochfs::fs {
 
 void NotifyReady(const std::string& status_line) {
-  const int rc = sd_notify(0, fmt::format("READY=1\nMAINPID={}\nSTATUS={}", ::getpid(),
-                                          status_line).c_str());
+  const int rc =
+      sd_notify(0, fmt::format("READY=1\nMAINPID={}\nSTATUS={}", ::getpid(), status_line).c_str());
   if (rc < 0) spdlog::warn("sd_notify READY=1: {}", strerror(-rc));
   if (rc > 0) spdlog::info("told the service manager the mount is ready");
 }

@@ -36,10 +36,9 @@ struct Reads {
 };
 
 Reads ReadsOf(const nlohmann::json& s) {
-  return {double(U(s, "ram_hits")),     double(U(s, "ssd_hits")),
-          double(U(s, "misses")),       double(U(s, "ram_hit_bytes")),
-          double(U(s, "ssd_hit_bytes")), double(U(s, "miss_bytes")),
-          double(U(s, "source_reads")), double(U(s, "source_bytes"))};
+  return {double(U(s, "ram_hits")),      double(U(s, "ssd_hits")),      double(U(s, "misses")),
+          double(U(s, "ram_hit_bytes")), double(U(s, "ssd_hit_bytes")), double(U(s, "miss_bytes")),
+          double(U(s, "source_reads")),  double(U(s, "source_bytes"))};
 }
 
 std::string Pattern(const nlohmann::json& s) {
@@ -53,10 +52,14 @@ std::string Pattern(const nlohmann::json& s) {
 
 std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, double seconds) {
   const Reads a = ReadsOf(before), b = ReadsOf(after);
-  const Reads d{b.ram - a.ram,         b.ssd - a.ssd,
-                b.miss - a.miss,       b.ram_bytes - a.ram_bytes,
-                b.ssd_bytes - a.ssd_bytes, b.miss_bytes - a.miss_bytes,
-                b.source - a.source,   b.source_bytes - a.source_bytes};
+  const Reads d{b.ram - a.ram,
+                b.ssd - a.ssd,
+                b.miss - a.miss,
+                b.ram_bytes - a.ram_bytes,
+                b.ssd_bytes - a.ssd_bytes,
+                b.miss_bytes - a.miss_bytes,
+                b.source - a.source,
+                b.source_bytes - a.source_bytes};
   const double secs = seconds > 0 ? seconds : 1;
   std::string out;
   out += fmt::format("epochfs top  {}  (source {}, pid {}, up {:.0f} s)\n",
@@ -64,8 +67,8 @@ std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, 
                      after.value("uptime_s", 0.0));
   out += fmt::format("  {:<14}{}    epoch pattern: {}\n", "consistency",
                      after.value("consistency", std::string("-")), Pattern(after));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "", fmt::format("last {:.1f} s", secs),
-                     "since mount");
+  out +=
+      fmt::format("  {:<14}{:>14} {:>14}\n", "", fmt::format("last {:.1f} s", secs), "since mount");
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "RAM hits", Pct(d.ram, d.total()),
                      Pct(b.ram, b.total()));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "SSD hits", Pct(d.ssd, d.total()),
@@ -80,19 +83,19 @@ std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, 
                      fmt::format("{:.0f}", d.source / secs), fmt::format("{:.0f}", b.source));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "source MB/s",
                      fmt::format("{:.1f}", d.source_bytes / secs / 1e6), Bytes(b.source_bytes));
-  out += fmt::format("  {:<14}{} of {} ({}), {} entries\n", "RAM tier",
-                     Bytes(double(U(after, "ram_bytes"))),
-                     Bytes(double(U(after, "ram_budget_bytes"))),
-                     Pct(double(U(after, "ram_bytes")), double(U(after, "ram_budget_bytes"))),
-                     U(after, "ram_entries"));
-  out += fmt::format("  {:<14}{} of {} ({}), {} entries, {} packs{}\n", "SSD tier",
-                     Bytes(double(U(after, "ssd_bytes"))),
-                     Bytes(double(U(after, "ssd_budget_bytes"))),
-                     Pct(double(U(after, "ssd_bytes")), double(U(after, "ssd_budget_bytes"))),
-                     U(after, "ssd_entries"), U(after, "packs"),
-                     after.value("ssd_degraded", false)
-                         ? fmt::format("  DEGRADED: {}", after.value("ssd_degraded_reason", ""))
-                         : "");
+  out +=
+      fmt::format("  {:<14}{} of {} ({}), {} entries\n", "RAM tier",
+                  Bytes(double(U(after, "ram_bytes"))), Bytes(double(U(after, "ram_budget_bytes"))),
+                  Pct(double(U(after, "ram_bytes")), double(U(after, "ram_budget_bytes"))),
+                  U(after, "ram_entries"));
+  out +=
+      fmt::format("  {:<14}{} of {} ({}), {} entries, {} packs{}\n", "SSD tier",
+                  Bytes(double(U(after, "ssd_bytes"))), Bytes(double(U(after, "ssd_budget_bytes"))),
+                  Pct(double(U(after, "ssd_bytes")), double(U(after, "ssd_budget_bytes"))),
+                  U(after, "ssd_entries"), U(after, "packs"),
+                  after.value("ssd_degraded", false)
+                      ? fmt::format("  DEGRADED: {}", after.value("ssd_degraded_reason", ""))
+                      : "");
   out += fmt::format("  {:<14}corrupt {}, stale {}, daemon RSS {}\n", "health",
                      U(after, "corrupt_entries"), U(after, "stale_entries"),
                      Bytes(double(U(after, "daemon_rss_bytes"))));

@@ -2,9 +2,9 @@
 // its ExecStart run under a NOTIFY_SOCKET of the test's own), config files, the
 // mount.epochfs helper with mount(8), the metrics endpoint, `top`, and what other users
 // can read through a root daemon's mount.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -84,12 +84,13 @@ std::string UnitValue(const std::string& unit_text, const std::string& key) {
 }
 
 TEST(SystemdUnit, VerifiesWithoutWarnings) {
-  if (!OnPath("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is missing (apt-get install systemd)";
+  if (!OnPath("systemd-analyze"))
+    GTEST_SKIP() << "systemd-analyze is missing (apt-get install systemd)";
   TempDir dir;
   fsys::copy_file(kBuildTreeUnit, dir / "epochfs@.service");
   // A template is verified through an instance of it.
-  CommandResult r =
-      epochfs::testing::Run({"systemd-analyze", "verify", (dir / "epochfs@data-imagenet.service").string()});
+  CommandResult r = epochfs::testing::Run(
+      {"systemd-analyze", "verify", (dir / "epochfs@data-imagenet.service").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "") << "systemd-analyze warns about the unit";
 }
@@ -129,8 +130,8 @@ std::vector<std::string> ExecStartFor(const fsys::path& source) {
   std::istringstream words(line);
   std::string w;
   while (words >> w) {
-    for (auto [spec, value] : {std::pair<std::string, std::string>{"%I", source.string()},
-                               {"%i", EscapePath(source)}}) {
+    for (auto [spec, value] :
+         {std::pair<std::string, std::string>{"%I", source.string()}, {"%i", EscapePath(source)}}) {
       for (size_t at; (at = w.find(spec)) != std::string::npos;) w.replace(at, 2, value);
     }
     argv.push_back(w);
@@ -253,7 +254,8 @@ TEST_F(OpsTest, BadConfigFileFailsTheMountNamingFileLineAndKey) {
     std::string text, expected;
   };
   for (const Case& c : std::vector<Case>{
-           {"ram = \"64M\"\n\nread_onyl = true\n", conf.string() + ":3: key 'read_onyl': unknown key"},
+           {"ram = \"64M\"\n\nread_onyl = true\n",
+            conf.string() + ":3: key 'read_onyl': unknown key"},
            {"read_only = \"yes\"\n", conf.string() + ":1: key 'read_only': expected true or false"},
            {"# sizes\nram = \"8Q\"\n", conf.string() + ":2: key 'ram': "},
        }) {
@@ -265,8 +267,8 @@ TEST_F(OpsTest, BadConfigFileFailsTheMountNamingFileLineAndKey) {
     EXPECT_FALSE(IsMounted(mnt_));
     EXPECT_FALSE(fsys::exists(cache_)) << "a refused mount leaves nothing behind";
   }
-  CommandResult missing = Epochfs({"mount", src_.string(), mnt_.string(), "--config",
-                                   (dir_ / "nope.conf").string()});
+  CommandResult missing =
+      Epochfs({"mount", src_.string(), mnt_.string(), "--config", (dir_ / "nope.conf").string()});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("nope.conf"), std::string::npos) << missing.output;
 }
@@ -290,9 +292,9 @@ TEST_F(OpsTest, ConfigFileSetsOptionsAndFlagsOverrideIt) {
   }
   // --config-if-exists with a missing file is the defaults.
   {
-    CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir",
-                               cache_.string(), "--ram", "32M", "--disk", "256M",
-                               "--config-if-exists", (dir_ / "absent.conf").string()});
+    CommandResult r =
+        Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(), "--ram",
+                 "32M", "--disk", "256M", "--config-if-exists", (dir_ / "absent.conf").string()});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto stats = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
     EXPECT_FALSE(stats["read_only"].get<bool>());
@@ -306,9 +308,10 @@ TEST_F(OpsTest, ConfigFileSetsOptionsAndFlagsOverrideIt) {
 const fsys::path kHelper = EPOCHFS_MOUNT_HELPER;
 
 TEST_F(OpsTest, MountHelperTranslatesFstabOptionsAndPlainUmountEndsTheDaemon) {
-  CommandResult r = epochfs::testing::Run({kHelper.string(), src_.string(), mnt_.string(), "-o",
-                         "ram=64M,disk=256M,cache_dir=" + cache_.string() +
-                             ",_netdev,nofail,x-systemd.requires=foo.service,ro"});
+  CommandResult r =
+      epochfs::testing::Run({kHelper.string(), src_.string(), mnt_.string(), "-o",
+                             "ram=64M,disk=256M,cache_dir=" + cache_.string() +
+                                 ",_netdev,nofail,x-systemd.requires=foo.service,ro"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(IsMounted(mnt_));
   auto stats = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
@@ -326,12 +329,13 @@ TEST_F(OpsTest, MountHelperTranslatesFstabOptionsAndPlainUmountEndsTheDaemon) {
 
 TEST_F(OpsTest, MountHelperRefusesUnknownOptions) {
   CommandResult r = epochfs::testing::Run({kHelper.string(), src_.string(), mnt_.string(), "-o",
-                         "ram=64M,cache_dir=" + cache_.string() + ",rma=1G"});
+                                           "ram=64M,cache_dir=" + cache_.string() + ",rma=1G"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown option 'rma=1G'"), std::string::npos) << r.output;
   EXPECT_FALSE(IsMounted(mnt_));
   // -f (fake) says what it would run and mounts nothing.
-  CommandResult fake = epochfs::testing::Run({kHelper.string(), "-f", src_.string(), mnt_.string(), "-o", "ram=1G"});
+  CommandResult fake =
+      epochfs::testing::Run({kHelper.string(), "-f", src_.string(), mnt_.string(), "-o", "ram=1G"});
   EXPECT_EQ(fake.exit_code, 0);
   EXPECT_NE(fake.output.find("mount " + src_.string() + " " + mnt_.string() + " --ram 1G"),
             std::string::npos)
@@ -358,8 +362,9 @@ TEST_F(OpsTest, MountDashTEpochfsAndFstabMountAllAndUmount) {
     }
   } unlink{link};
 
-  CommandResult r = epochfs::testing::Run({"mount", "-t", "epochfs", src_.string(), mnt_.string(), "-o",
-                         "ram=64M,disk=256M,cache_dir=" + cache_.string() + ",_netdev"});
+  CommandResult r =
+      epochfs::testing::Run({"mount", "-t", "epochfs", src_.string(), mnt_.string(), "-o",
+                             "ram=64M,disk=256M,cache_dir=" + cache_.string() + ",_netdev"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(IsMounted(mnt_));
   EXPECT_EQ(ReadFile(mnt_ / "a.txt"), "hello epochfs\n");
@@ -463,8 +468,10 @@ TEST_F(OpsTest, MetricsEndpointServesPrometheusTextMatchingStats) {
     EXPECT_NE(it, samples.end()) << key;
     return it == samples.end() ? -1.0 : it->second;
   };
-  EXPECT_EQ(at("epochfs_cache_hits_total" + mp + ",tier=\"ram\"}"), stats["ram_hits"].get<double>());
-  EXPECT_EQ(at("epochfs_cache_hits_total" + mp + ",tier=\"ssd\"}"), stats["ssd_hits"].get<double>());
+  EXPECT_EQ(at("epochfs_cache_hits_total" + mp + ",tier=\"ram\"}"),
+            stats["ram_hits"].get<double>());
+  EXPECT_EQ(at("epochfs_cache_hits_total" + mp + ",tier=\"ssd\"}"),
+            stats["ssd_hits"].get<double>());
   EXPECT_EQ(at("epochfs_misses_total" + mp + "}"), stats["misses"].get<double>());
   EXPECT_EQ(at("epochfs_source_reads_total" + mp + "}"), stats["source_reads"].get<double>());
   EXPECT_EQ(at("epochfs_source_bytes_total" + mp + "}"), stats["source_bytes"].get<double>());
@@ -480,8 +487,8 @@ TEST_F(OpsTest, MetricsEndpointServesPrometheusTextMatchingStats) {
 }
 
 TEST_F(OpsTest, MetricsListenRefusesNonLoopbackAndTakenPorts) {
-  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir",
-                             cache_.string(), "--metrics-listen", "0.0.0.0:9464"});
+  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(),
+                             "--metrics-listen", "0.0.0.0:9464"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("not loopback"), std::string::npos) << r.output;
   EXPECT_FALSE(IsMounted(mnt_));
@@ -490,7 +497,8 @@ TEST_F(OpsTest, MetricsListenRefusesNonLoopbackAndTakenPorts) {
   ASSERT_TRUE(first.ok()) << first.output();
   const fsys::path mnt2 = dir_ / "mnt2";
   fsys::create_directories(mnt2);
-  Mount second(src_, mnt2, dir_ / "cache2", {"--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  Mount second(src_, mnt2, dir_ / "cache2",
+               {"--metrics-listen", "127.0.0.1:" + std::to_string(port)});
   EXPECT_FALSE(second.ok());
   EXPECT_NE(second.output().find("metrics endpoint"), std::string::npos) << second.output();
   EXPECT_FALSE(IsMounted(mnt2));
@@ -513,8 +521,8 @@ TEST_F(OpsTest, TopOnceShowsTheMount) {
 }
 
 TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
-  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir",
-                             cache_.string(), "--ram", "64M", "--disk", "256M"});
+  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(),
+                             "--ram", "64M", "--disk", "256M"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
   ASSERT_GT(pid, 0);
@@ -549,8 +557,8 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
 constexpr const char* kNobody = "65534";
 
 CommandResult AsUser(const std::string& uid, const std::vector<std::string>& args) {
-  std::vector<std::string> full = {"setpriv", "--reuid=" + uid, "--regid=" + uid,
-                                   "--clear-groups", "--"};
+  std::vector<std::string> full = {"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups",
+                                   "--"};
   full.insert(full.end(), args.begin(), args.end());
   return Run(full);
 }
@@ -621,9 +629,9 @@ TEST_F(PermissionTest, WithAllowOtherTheSourcePermissionsApply) {
   EXPECT_EQ(stats.output.find("secret.txt"), std::string::npos);
   EXPECT_EQ(stats.output.find("uid 12345 only"), std::string::npos);
   // And it cannot be written.
-  EXPECT_NE(AsUser(kNobody, {"sh", "-c", "echo {} > " + (mnt_ / ".epochfs/stats").string()})
-                .exit_code,
-            0);
+  EXPECT_NE(
+      AsUser(kNobody, {"sh", "-c", "echo {} > " + (mnt_ / ".epochfs/stats").string()}).exit_code,
+      0);
 }
 
 }  // namespace
