@@ -240,13 +240,19 @@ bool ProcessGone(pid_t pid) {
          line[close_paren + 2] == 'Z' || line[close_paren + 2] == 'X';
 }
 
-int CmdUmount(const std::string& mountpoint_arg, bool lazy) {
+int CmdUmount(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
   const fsys::path mountpoint = fsys::absolute(mountpoint_arg).lexically_normal();
   auto stats = ReadStats(mountpoint);
   // A mount whose daemon died has no stats ("Transport endpoint is not connected") but
   // must still be unmountable; there is then no daemon to wait for.
   if (!stats.ok() && !efs::IsEpochfsMount(mountpoint)) return Refuse(stats.status().message());
   const pid_t pid = stats.ok() ? stats->value("pid", 0) : 0;
+  // --dead-only (the unit's ExecStopPost): clear a dead daemon's mount, never a live one
+  // that another instance or a person made.
+  if (dead_only && stats.ok()) {
+    return Refuse(fmt::format("{} is served by a live daemon (pid {}); not unmounting it",
+                              mountpoint.string(), pid));
+  }
   if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) < 0) {
     if (errno == EBUSY) {
       return Refuse(fmt::format("{} is busy (files are open on it); close them, or use --lazy",
@@ -456,6 +462,9 @@ int main(int argc, char** argv) {
   umount->alias("unmount");
   umount->add_option("MOUNTPOINT", umount_target, "The mount")->required();
   umount->add_flag("-l,--lazy", lazy, "Detach now, finish when no longer busy");
+  bool dead_only = false;  // ---- systemd ExecStopPost ----
+  umount->add_flag("--dead-only", dead_only,
+                   "Only unmount if its daemon is gone (Transport endpoint is not connected)");
 
   bool json = false;
   std::string status_target;
@@ -497,7 +506,7 @@ int main(int argc, char** argv) {
     return efs::RunTop(top_options, [&] { return ReadStats(target); }, stdout);
   }
   // ---- end epochfs top ----
-  if (*umount) return CmdUmount(umount_target, lazy);
+  if (*umount) return CmdUmount(umount_target, lazy, dead_only);
   if (*status) return CmdStatus(status_target, json);
   return Refuse("no command given (see epochfs --help)");
 }

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -124,8 +125,11 @@ std::string EscapePath(const fsys::path& path) {
 
 // The unit's ExecStart= with the specifiers filled in, split at spaces (the unit
 // quotes nothing).
-std::vector<std::string> ExecStartFor(const fsys::path& source) {
-  const std::string line = UnitValue(ReadFile(kBuildTreeUnit), "ExecStart");
+// The unit's `key=` command line with the specifiers filled in, split at spaces (the
+// unit quotes nothing); a leading '-' (ignore failure) is dropped.
+std::vector<std::string> UnitCommand(const std::string& key, const fsys::path& source) {
+  std::string line = UnitValue(ReadFile(kBuildTreeUnit), key);
+  if (!line.empty() && line[0] == '-') line.erase(0, 1);
   std::vector<std::string> argv;
   std::istringstream words(line);
   std::string w;
@@ -172,11 +176,20 @@ TEST_F(OpsTest, UnitExecStartSendsReadyOnlyOnceTheMountAnswersAndStoppingOnTheWa
   NotifySocket notify(dir_ / "notify.sock");
   ASSERT_TRUE(notify.ok());
   const fsys::path source = fsys::canonical(src_);
-  std::vector<std::string> argv = ExecStartFor(source);
+  std::vector<std::string> argv = UnitCommand("ExecStart", source);
   ASSERT_GE(argv.size(), 3u);
   ASSERT_EQ(argv[0], EPOCHFS_BINARY) << "the build-tree unit runs this build's binary";
   struct stat before {};
   ASSERT_EQ(::stat((source / "a.txt").c_str(), &before), 0);
+
+  // The instance's config file, where the unit looks for it: it must be the one read
+  // (the cache dir it names is used).
+  const fsys::path config_dir = EPOCHFS_CONFIG_DIR;
+  const fsys::path config = config_dir / (EscapePath(source) + ".conf");
+  std::error_code ec;
+  const bool made_config_dir = fsys::create_directories(config_dir, ec);
+  ASSERT_FALSE(fsys::exists(config)) << config << " exists already";
+  WriteFile(config, "cache_dir = \"" + cache_.string() + "\"\nram = \"64M\"\ndisk = \"256M\"\n");
 
   std::vector<std::string> env_strings = {"NOTIFY_SOCKET=" + (dir_ / "notify.sock").string(),
                                           "PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
@@ -195,8 +208,11 @@ TEST_F(OpsTest, UnitExecStartSendsReadyOnlyOnceTheMountAnswersAndStoppingOnTheWa
   ASSERT_EQ(posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data()), 0);
   posix_spawn_file_actions_destroy(&actions);
 
-  std::string cache_dir;
-  auto cleanup = [&] {
+  // Whatever happens below: no mount, no daemon, no config file left behind.
+  struct Cleanup {
+    std::function<void()> f;
+    ~Cleanup() { f(); }
+  } cleanup{[&] {
     if (IsMounted(source)) epochfs::testing::Run({EPOCHFS_BINARY, "umount", source.string()});
     if (IsMounted(source)) ::umount2(source.c_str(), MNT_DETACH);
     if (pid > 0) {
@@ -204,9 +220,10 @@ TEST_F(OpsTest, UnitExecStartSendsReadyOnlyOnceTheMountAnswersAndStoppingOnTheWa
       ::waitpid(pid, nullptr, 0);
       pid = -1;
     }
-    std::error_code ec;
-    if (!cache_dir.empty()) fsys::remove_all(cache_dir, ec);
-  };
+    std::error_code e;
+    fsys::remove(config, e);
+    if (made_config_dir) fsys::remove(config_dir, e);
+  }};
 
   const std::string ready = notify.Receive(std::chrono::seconds(30));
   // The first thing the daemon says is READY=1, and the mount answers at once.
@@ -219,13 +236,16 @@ TEST_F(OpsTest, UnitExecStartSendsReadyOnlyOnceTheMountAnswersAndStoppingOnTheWa
   EXPECT_TRUE(IsMounted(source));
   try {
     auto stats = nlohmann::json::parse(ReadFile(source / ".epochfs" / "stats"));
-    cache_dir = stats["cache_dir"].get<std::string>();
+    EXPECT_EQ(stats["cache_dir"].get<std::string>(), fsys::canonical(cache_).string())
+        << "the instance's config file was not read";
+    EXPECT_EQ(stats["ram_budget_bytes"].get<uint64_t>(), 64ull << 20);
     EXPECT_EQ(stats["pid"].get<int>(), pid);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "no stats: " << e.what();
   }
 
-  CommandResult umount = Epochfs({"umount", source.string()});
+  // The unit's ExecStop line.
+  CommandResult umount = epochfs::testing::Run(UnitCommand("ExecStop", source));
   EXPECT_EQ(umount.exit_code, 0) << umount.output;
   const std::string stopping = notify.Receive(std::chrono::seconds(30));
   EXPECT_NE(stopping.find("STOPPING=1"), std::string::npos) << stopping;
@@ -234,7 +254,11 @@ TEST_F(OpsTest, UnitExecStartSendsReadyOnlyOnceTheMountAnswersAndStoppingOnTheWa
   pid = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_FALSE(IsMounted(source));
-  cleanup();
+  // ExecStopPost after a clean stop has nothing to clear, and must not fail the unit
+  // (it is '-'-prefixed, but it should not even try to unmount the source).
+  CommandResult post = epochfs::testing::Run(UnitCommand("ExecStopPost", source));
+  EXPECT_NE(post.output.find("not an epochfs mount"), std::string::npos) << post.output;
+  EXPECT_EQ(ReadFile(source / "a.txt"), "hello epochfs\n");
 }
 
 TEST_F(OpsTest, WithoutNotifySocketTheForegroundMountStillWorks) {
@@ -526,6 +550,11 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
   ASSERT_GT(pid, 0);
+  // The unit's ExecStopPost never clears a live mount.
+  CommandResult live = Epochfs({"umount", "--lazy", "--dead-only", mnt_.string()});
+  EXPECT_EQ(live.exit_code, 2) << live.output;
+  EXPECT_NE(live.output.find("live daemon"), std::string::npos) << live.output;
+  ASSERT_TRUE(IsMounted(mnt_));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE(WaitGone(pid, std::chrono::seconds(10)));
   struct stat st {};
@@ -545,7 +574,7 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
   }
   EXPECT_TRUE(found) << json.output;
 
-  CommandResult u = Epochfs({"umount", "--lazy", mnt_.string()});
+  CommandResult u = Epochfs({"umount", "--lazy", "--dead-only", mnt_.string()});
   EXPECT_EQ(u.exit_code, 0) << u.output;
   EXPECT_FALSE(IsMounted(mnt_));
   if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
