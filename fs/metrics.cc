@@ -159,6 +159,35 @@ std::string Value(const nlohmann::json& stats, const std::string& key) {
 
 }  // namespace
 
+std::string ServiceStatusLine(const nlohmann::json& stats) {
+  auto u = [&](const char* key) {
+    auto it = stats.find(key);
+    return it != stats.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  auto bytes = [](double n) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (n >= 1024 && i < 4) {
+      n /= 1024;
+      i++;
+    }
+    return fmt::format("{:.1f} {}", n, units[i]);
+  };
+  const double reads = u("ram_hits") + u("ssd_hits") + u("misses");
+  std::string line = fmt::format("Serving {}: ", stats.value("source", std::string()));
+  if (reads == 0) {
+    line += "no reads yet";
+  } else {
+    line += fmt::format("{:.1f}% hits (RAM {:.1f}%, SSD {:.1f}%)",
+                        100 * (u("ram_hits") + u("ssd_hits")) / reads, 100 * u("ram_hits") / reads,
+                        100 * u("ssd_hits") / reads);
+  }
+  line += fmt::format(", {:.0f} source reads, SSD {} of {}", u("source_reads"),
+                      bytes(u("ssd_bytes")), bytes(u("ssd_budget_bytes")));
+  if (stats.value("ssd_degraded", false)) line += " (DEGRADED)";
+  return line;
+}
+
 std::string EscapeLabelValue(const std::string& value) {
   std::string out;
   for (char c : value) {

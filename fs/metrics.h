@@ -21,6 +21,11 @@ namespace epochfs::fs {
 // give no sample; families are emitted in a fixed order.
 std::string PrometheusText(const nlohmann::json& stats);
 
+// One line for `systemctl status` (sd_notify STATUS=): hit ratio, source reads, tier
+// use, e.g. "Serving /data/x: 97.5% hits (RAM 80.0%, SSD 17.5%), 1.2k source reads,
+// SSD 1.5 GiB of 200.0 GiB".
+std::string ServiceStatusLine(const nlohmann::json& stats);
+
 // `value` escaped for use inside a label's double quotes.
 std::string EscapeLabelValue(const std::string& value);
 

@@ -77,6 +77,19 @@ TEST(Metrics, PrometheusTextParsesAndMatchesTheSnapshot) {
   EXPECT_EQ(samples.count("epochfs_packs{" + mp + "}"), 0u);
 }
 
+TEST(Metrics, ServiceStatusLine) {
+  EXPECT_EQ(ServiceStatusLine(SampleStats()),
+            "Serving /data/a \"b\": 80.0% hits (RAM 50.0%, SSD 30.0%), 2 source reads, SSD "
+            "900.0 B of 8.8 KiB");
+  auto degraded = SampleStats();
+  degraded["ssd_degraded"] = true;
+  degraded["ram_hits"] = 0;
+  degraded["ssd_hits"] = 0;
+  degraded["misses"] = 0;
+  EXPECT_NE(ServiceStatusLine(degraded).find("no reads yet"), std::string::npos);
+  EXPECT_NE(ServiceStatusLine(degraded).find("(DEGRADED)"), std::string::npos);
+}
+
 TEST(Metrics, ListenAddressIsLoopbackUnlessAllowed) {
   EXPECT_TRUE(ParseListenAddress("127.0.0.1:9464", false).ok());
   EXPECT_EQ(ParseListenAddress("localhost:9464", false)->host, "127.0.0.1");

@@ -276,6 +276,9 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   // ---- systemd: READY=1 only now that the mount answers (fs/service_notify.h). ----
   NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
                           options.mountpoint.string()));
+  auto status_reporter = std::make_unique<StatusReporter>(
+      [&] { return ServiceStatusLine(StatsSnapshot(options, ctx, **fs, watcher.get(), started)); },
+      std::chrono::seconds(10));
 
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
@@ -283,6 +286,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
   // ---- systemd and metrics: going down (the flush below may take a while). ----
+  status_reporter.reset();
   NotifyStopping();
   exporter.reset();
 

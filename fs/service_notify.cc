@@ -3,6 +3,8 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -18,6 +20,28 @@ void NotifyReady(const std::string& status_line) {
 void NotifyStopping() {
   const int rc = sd_notify(0, "STOPPING=1\nSTATUS=Unmounted; flushing the cache");
   if (rc < 0) spdlog::warn("sd_notify STOPPING=1: {}", strerror(-rc));
+}
+
+StatusReporter::StatusReporter(std::function<std::string()> status,
+                               std::chrono::milliseconds interval) {
+  if (std::getenv("NOTIFY_SOCKET") == nullptr) return;
+  thread_ = std::thread([this, status = std::move(status), interval] {
+    std::unique_lock lock(mutex_);
+    while (!stop_cv_.wait_for(lock, interval, [&] { return stopping_; })) {
+      lock.unlock();
+      sd_notify(0, ("STATUS=" + status()).c_str());
+      lock.lock();
+    }
+  });
+}
+
+StatusReporter::~StatusReporter() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace epochfs::fs

@@ -5,14 +5,36 @@
 // a mount started by hand or by mount(8) behaves as before. READY=1 carries MAINPID
 // (the daemon is the process that stays) and a STATUS= line `systemctl status` shows.
 //
-// Thread-safety: thread-safe (each call is one datagram).
+// Thread-safety: thread-safe (each call is one datagram); StatusReporter's `status`
+// runs on its own thread and must be thread-safe.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace epochfs::fs {
 
 void NotifyReady(const std::string& status_line);
 void NotifyStopping();
+
+// Sends STATUS=<status()> every `interval` while it lives, so `systemctl status` shows
+// the mount's hit ratio and source IO. Starts no thread when $NOTIFY_SOCKET is unset.
+class StatusReporter {
+ public:
+  StatusReporter(std::function<std::string()> status, std::chrono::milliseconds interval);
+  ~StatusReporter();
+  StatusReporter(const StatusReporter&) = delete;
+  StatusReporter& operator=(const StatusReporter&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // GUARDED_BY(mutex_)
+  std::thread thread_;
+};
 
 }  // namespace epochfs::fs
