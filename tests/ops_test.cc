@@ -559,7 +559,9 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
   ASSERT_TRUE(WaitGone(pid, std::chrono::seconds(10)));
   struct stat st {};
   EXPECT_NE(::stat((mnt_ / "a.txt").c_str(), &st), 0);
-  EXPECT_EQ(errno, ENOTCONN) << "a dead daemon's mount: Transport endpoint is not connected";
+  // "Transport endpoint is not connected" (ECONNABORTED while the kernel is still
+  // aborting the connection).
+  EXPECT_TRUE(errno == ENOTCONN || errno == ECONNABORTED) << strerror(errno);
 
   const std::string mp = fsys::canonical(dir_.path()).string() + "/mnt";
   CommandResult table = Epochfs({"status"});
