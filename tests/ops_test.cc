@@ -101,6 +101,7 @@ TEST(SystemdUnit, NotifyTypeAndNoPrivateMountNamespace) {
   EXPECT_EQ(UnitValue(unit, "Type"), "notify");
   EXPECT_EQ(UnitValue(unit, "NotifyAccess"), "main");
   EXPECT_EQ(UnitValue(unit, "Restart"), "on-failure");
+  EXPECT_EQ(UnitValue(unit, "RestartPreventExitStatus"), "2");
   EXPECT_NE(UnitValue(unit, "ExecStart").find("--foreground"), std::string::npos);
   EXPECT_NE(UnitValue(unit, "ExecStop").find("umount %I"), std::string::npos);
   // Each of these gives the service its own mount namespace, where the FUSE mount
