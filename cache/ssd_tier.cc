@@ -5,6 +5,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -488,6 +490,12 @@ void SsdTier::WriterLoop() {
       continue;
     }
     if (unsynced_.empty()) {
+      // Idle with everything indexed: the buffers of the burst just written are free
+      // but sit in malloc's arenas, counted in the daemon's RSS. Hand them back.
+      lock.unlock();
+      ::malloc_trim(0);
+      lock.lock();
+      if (!queue_.empty() || stop_ || flush_requested_ > flush_done_) continue;
       work_cv_.wait(lock);
     } else {
       work_cv_.wait_until(

@@ -79,8 +79,10 @@ struct SsdTierOptions {
   uint64_t min_free_bytes = 256ull << 20;
   uint32_t sync_interval_ms = 1000;
   // Internal knobs (tests shrink them).
-  uint64_t sync_every_bytes = 64ull << 20;
-  uint64_t max_pending_bytes = 128ull << 20;
+  // Entries written but not yet indexed stay in memory (the pending map); these bound
+  // that memory, which counts against the daemon's RSS on top of the RAM budget.
+  uint64_t sync_every_bytes = 16ull << 20;
+  uint64_t max_pending_bytes = 64ull << 20;
   std::chrono::milliseconds degraded_retry{30'000};
   size_t read_around_window = kReadAroundWindow;  // 0 disables read-around
 };

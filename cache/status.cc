@@ -26,6 +26,10 @@ const char* CodeName(Code code) {
       return "Permission";
     case Code::kUnsupported:
       return "Unsupported";
+    case Code::kNoMemory:
+      return "NoMemory";
+    case Code::kDeviceError:
+      return "DeviceError";
   }
   return "Unknown";
 }
@@ -64,6 +68,10 @@ int Status::DefaultErrno(Code code) {
       return EACCES;
     case Code::kUnsupported:
       return ENOSYS;
+    case Code::kNoMemory:
+      return ENOMEM;
+    case Code::kDeviceError:
+      return EIO;
   }
   return EIO;
 }

@@ -27,12 +27,17 @@ enum class Code {
   kBusy,             // try again later (EAGAIN, a full queue)
   kStale,            // the source changed underneath (identity mismatch)
   kPermission,       // EACCES/EPERM from the source
-  kUnsupported,      // a kernel feature is missing
+  kUnsupported,      // a kernel feature (or device) is missing
+  kNoMemory,         // a host, pinned or device allocation failed
+  kDeviceError,      // a GPU call failed
 };
 
 class [[nodiscard]] Status {
  public:
   Status() = default;
+  // `err` is the errno behind it; 0 picks the code's usual one.
+  Status(Code code, std::string msg, int err = 0)
+      : code_(code), err_(err != 0 ? err : DefaultErrno(code)), message_(std::move(msg)) {}
   static Status Ok() { return Status(); }
   static Status NotFound(std::string msg) { return Status(Code::kNotFound, std::move(msg)); }
   static Status IoError(std::string msg, int err = EIO) {
@@ -53,7 +58,9 @@ class [[nodiscard]] Status {
   static Status FromErrno(int err, std::string context) {
     Code code = Code::kIoError;
     switch (err) {
-      case ENOENT: code = Code::kNotFound; break;
+      case ENOENT:
+      case ENOTDIR: code = Code::kNotFound; break;
+      case ENOMEM: code = Code::kNoMemory; break;
       case ENOSPC:
       case EDQUOT: code = Code::kNoSpace; break;
       case EINVAL: code = Code::kInvalidArgument; break;
@@ -79,8 +86,6 @@ class [[nodiscard]] Status {
   void IgnoreError() const {}
 
  private:
-  Status(Code code, std::string msg, int err = 0)
-      : code_(code), err_(err != 0 ? err : DefaultErrno(code)), message_(std::move(msg)) {}
   static int DefaultErrno(Code code);
 
   Code code_ = Code::kOk;

@@ -9,7 +9,10 @@
 
 #include <unistd.h>
 
+#include <string>
 #include <utility>
+
+#include "cache/status.h"
 
 namespace epochfs {
 
@@ -41,6 +44,14 @@ class UniqueFd {
   void reset(int fd = -1) {
     int old = std::exchange(fd_, fd);
     if (old >= 0) ::close(old);
+  }
+
+  // Closes now and reports a failure: for files whose close() carries a verdict (a
+  // control file applies, or refuses, what was written to it when it is closed).
+  Status Close(const std::string& context) {
+    if (fd_ < 0) return Status::Ok();
+    if (::close(std::exchange(fd_, -1)) != 0) return Status::FromErrno(errno, context);
+    return Status::Ok();
   }
 
  private:

@@ -119,6 +119,7 @@ const std::map<std::string, Setter>& Setters() {
          o.chunk_size = static_cast<uint32_t>(n);
          return "";
        }},
+      {"readahead", Size([](uint64_t n, MountOptions& o) { o.readahead = n; })},
       {"read_only", Bool(&MountOptions::read_only)},
       {"allow_other", Bool(&MountOptions::allow_other)},
       {"io_uring", Bool(&MountOptions::use_io_uring)},

@@ -20,6 +20,7 @@ log_file = "/var/log/epochfs.log"
 ram = "8G"
 disk = 1073741824
 chunk_size = "512K"
+readahead = "2M"
 read_only = true
 allow_other = true
 io_uring = false
@@ -43,6 +44,7 @@ metrics_textfile = "/var/lib/node_exporter/epochfs.prom"
   EXPECT_EQ(o.disk_budget, 1ull << 30);
   EXPECT_TRUE(o.disk_budget_set);
   EXPECT_EQ(o.chunk_size, 512u << 10);
+  EXPECT_EQ(o.readahead, 2ull << 20);
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.allow_other);
   EXPECT_FALSE(o.use_io_uring);

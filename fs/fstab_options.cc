@@ -15,6 +15,7 @@ const std::map<std::string, std::string>& ValueOptions() {
       {"disk", "--disk"},
       {"cache_dir", "--cache-dir"},
       {"chunk_size", "--chunk-size"},
+      {"readahead", "--readahead"},
       {"consistency", "--consistency"},
       {"log_level", "--log-level"},
       {"log_file", "--log-file"},
@@ -133,7 +134,7 @@ Result<std::vector<std::string>> TranslateFstabOptions(const HelperInvocation& i
     }
     if (inv.sloppy) continue;
     return Status::InvalidArgument(
-        fmt::format("unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, "
+        fmt::format("unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, readahead=, "
                     "consistency=, log_level=, log_file=, attr_timeout=, entry_timeout=, threads=, "
                     "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring)",
                     opt));

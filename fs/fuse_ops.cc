@@ -45,14 +45,18 @@ void ReplyControlEntry(fuse_req_t req, uint64_t nodeid) {
   fuse_reply_entry(req, &e);
 }
 
-void ReplyEntry(fuse_req_t req, const Entry& entry) {
-  const FuseContext& ctx = Ctx(req);
+struct fuse_entry_param EntryParam(const FuseContext& ctx, const Entry& entry) {
   struct fuse_entry_param e {};
   e.ino = entry.nodeid;
   e.generation = 1;  // node ids are never reused, so one generation suffices
   e.attr = entry.attr;
   e.attr_timeout = ctx.timeouts.attr_s;
   e.entry_timeout = ctx.timeouts.entry_s;
+  return e;
+}
+
+void ReplyEntry(fuse_req_t req, const Entry& entry) {
+  const struct fuse_entry_param e = EntryParam(Ctx(req), entry);
   fuse_reply_entry(req, &e);
 }
 
@@ -256,12 +260,7 @@ void DoCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   auto created = ctx.fs->Create(parent, name, mode, fi->flags, CallerOf(req));
   if (!created.ok()) return ReplyError(req, created.status());
   auto& [entry, open] = *created;
-  struct fuse_entry_param e {};
-  e.ino = entry.nodeid;
-  e.generation = 1;
-  e.attr = entry.attr;
-  e.attr_timeout = ctx.timeouts.attr_s;
-  e.entry_timeout = ctx.timeouts.entry_s;
+  const struct fuse_entry_param e = EntryParam(ctx, entry);
   fi->fh = reinterpret_cast<uint64_t>(open.handle.get());
   if (fuse_reply_create(req, &e, fi) == 0) {
     open.handle.release();
@@ -375,12 +374,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   auto emit = [&](const std::string& name, const Entry& entry, off_t next) {
     size_t need;
     if (plus) {
-      struct fuse_entry_param e {};
-      e.ino = entry.nodeid;
-      e.generation = 1;
-      e.attr = entry.attr;
-      e.attr_timeout = ctx.timeouts.attr_s;
-      e.entry_timeout = ctx.timeouts.entry_s;
+      const struct fuse_entry_param e = EntryParam(ctx, entry);
       need = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e, next);
     } else {
       need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &entry.attr,

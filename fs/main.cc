@@ -283,7 +283,7 @@ int CmdUmount(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
 }
 
 int CmdMount(efs::MountOptions options, const std::string& ram, const std::string& disk,
-             const std::string& chunk) {
+             const std::string& chunk, const std::string& readahead) {
   // An empty size string: not given on the command line (the config file's or the
   // default value is in `options` already).
   if (!ram.empty()) {
@@ -301,6 +301,11 @@ int CmdMount(efs::MountOptions options, const std::string& ram, const std::strin
     auto chunk_bytes = epochfs::fs::ParseSize(chunk);
     if (!chunk_bytes.ok()) return Refuse("--chunk-size: " + chunk_bytes.status().message());
     options.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(*chunk_bytes, 1u << 30));
+  }
+  if (!readahead.empty()) {
+    auto readahead_bytes = epochfs::fs::ParseSize(readahead);
+    if (!readahead_bytes.ok()) return Refuse("--readahead: " + readahead_bytes.status().message());
+    options.readahead = *readahead_bytes;
   }
   if (!options.metrics_listen.empty()) {
     auto addr = efs::ParseListenAddress(options.metrics_listen, options.metrics_allow_remote);
@@ -329,11 +334,12 @@ int CmdMount(efs::MountOptions options, const std::string& ram, const std::strin
 // ---- Configuration file (fs/config.h): the file first, then the flags given. ----
 
 // Sets in `options` every value the command line did not give from the config file
-// (`path`; skipped when `if_exists` and it is missing). `ram`/`chunk` are cleared
-// when not given, so CmdMount keeps the file's (or the default) value.
+// (`path`; skipped when `if_exists` and it is missing). The size strings (`ram`, `chunk`,
+// `disk`, `readahead`) are cleared when not given, so CmdMount keeps the file's (or the
+// default) value.
 int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
                 efs::MountOptions& options, std::string& ram, std::string& chunk,
-                std::string& disk) {
+                std::string& disk, std::string& readahead) {
   auto given = [&](const char* name) { return mount->get_option(name)->count() > 0; };
   efs::MountOptions file = efs::MountOptions();
   std::set<std::string> keys;
@@ -360,6 +366,10 @@ int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
   if (!given("--chunk-size")) {
     chunk.clear();
     options.chunk_size = file.chunk_size;
+  }
+  if (!given("--readahead")) {
+    readahead.clear();
+    options.readahead = file.readahead;
   }
   if (!given("--read-only")) options.read_only = file.read_only;
   if (!given("--allow-other")) options.allow_other = file.allow_other;
@@ -388,7 +398,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   efs::MountOptions mount_options;
-  std::string ram = "1G", disk, chunk = "1M";
+  std::string ram = "1G", disk, chunk = "1M", readahead = "1M";
   std::string source, mountpoint;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE, over itself unless MOUNTPOINT is given");
   mount->add_option("SOURCE", source, "The data set folder (or `source` in --config)");
@@ -399,6 +409,9 @@ int main(int argc, char** argv) {
   mount->add_option("--disk", disk, "SSD tier budget, e.g. 200G (default: half the free space)");
   mount->add_option("--chunk-size", chunk,
                     "Files up to this size are cached whole; larger ones in chunks of it")
+      ->capture_default_str();
+  mount->add_option("--readahead", readahead,
+                    "Kernel readahead for the mount (0 keeps the kernel's default)")
       ->capture_default_str();
   mount->add_flag("-f,--foreground", mount_options.foreground, "Stay in the foreground");
   mount->add_flag("--read-only", mount_options.read_only, "Refuse writes with EROFS");
@@ -495,10 +508,10 @@ int main(int argc, char** argv) {
     // ---- configuration file: file values under the flags given ----
     const bool if_exists = config_file.empty();
     const int config_rc = ApplyConfig(mount, if_exists ? config_if_exists : config_file,
-                                      if_exists, mount_options, ram, chunk, disk);
+                                      if_exists, mount_options, ram, chunk, disk, readahead);
     if (config_rc != 0) return config_rc;
     // ---- end configuration file ----
-    return CmdMount(mount_options, ram, disk, chunk);
+    return CmdMount(mount_options, ram, disk, chunk, readahead);
   }
   // ---- epochfs top ----
   if (*top) {

@@ -8,10 +8,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/cache.h"
@@ -20,6 +22,7 @@
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
+#include "fs/mount_table.h"
 #include "fs/metrics.h"
 #include "fs/metrics_server.h"
 #include "fs/service_notify.h"
@@ -149,6 +152,24 @@ void RaiseFdLimit() {
   }
 }
 
+// Raises the mount's readahead through its bdi (/sys/class/bdi/MAJ:MIN). Call it only
+// once the kernel's INIT has been answered: the INIT reply sets the readahead to
+// min(current, what libfuse says), which is the kernel's 128 KiB default.
+void SetReadahead(const std::filesystem::path& mountpoint, uint64_t bytes) {
+  std::string device;
+  for (const auto& m : ReadMountTable()) {
+    if (m.mountpoint == mountpoint.string() && m.fstype == kFsType) device = m.device;
+  }
+  const std::string knob = fmt::format("/sys/class/bdi/{}/read_ahead_kb", device);
+  std::ofstream out(knob);
+  out << (bytes / 1024);
+  out.flush();
+  if (device.empty() || !out) {
+    spdlog::warn("cannot set readahead to {} KiB ({}): larger files take more round trips",
+                 bytes / 1024, device.empty() ? "mount not found in mountinfo" : knob);
+  }
+}
+
 struct SessionDeleter {
   void operator()(struct fuse_session* se) const { fuse_session_destroy(se); }
 };
@@ -272,19 +293,44 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),
                options.mountpoint.string(), options.cache_dir.string(),
                options.ram_budget >> 20, options.disk_budget >> 20);
-  ready(Status::Ok());
-  // ---- systemd: READY=1 only now that the mount answers (fs/service_notify.h). ----
-  NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
-                          options.mountpoint.string()));
-  auto status_reporter = std::make_unique<StatusReporter>(
-      [&] { return ServiceStatusLine(StatsSnapshot(options, ctx, **fs, watcher.get(), started)); },
-      std::chrono::seconds(10));
+  // The mount is ready once it answers. A stat of the mountpoint from a thread of our
+  // own returns once the loop below has answered INIT (and this stat): only then is the
+  // kernel's readahead raised (the INIT reply resets it), and only then is the mount
+  // reported ready, to the parent that daemonized us and to systemd (READY=1). So
+  // whoever is told "ready" finds the mount answering and its readahead set.
+  std::unique_ptr<StatusReporter> status_reporter;  // set by `readiness`
+  std::atomic<bool> never_answered{false};
+  std::thread readiness([&] {
+    struct ::stat st {};
+    if (::stat(options.mountpoint.c_str(), &st) != 0) {
+      const Status why = Status::FromErrno(errno, fmt::format("the mount on {} does not answer",
+                                                              options.mountpoint.string()));
+      never_answered = true;
+      spdlog::error("mount failed: {}", why.ToString());
+      ready(why);
+      // Ends the loop: the kernel closes the connection and reads of /dev/fuse fail.
+      fuse_session_exit(session.get());
+      fuse_session_unmount(session.get());
+      return;
+    }
+    if (options.readahead > 0) SetReadahead(options.mountpoint, options.readahead);
+    ready(Status::Ok());
+    // ---- systemd: READY=1 only now that the mount answers (fs/service_notify.h). ----
+    NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
+                            options.mountpoint.string()));
+    status_reporter = std::make_unique<StatusReporter>(
+        [&] {
+          return ServiceStatusLine(StatsSnapshot(options, ctx, **fs, watcher.get(), started));
+        },
+        std::chrono::seconds(10));
+  });
 
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
+  readiness.join();
   // ---- systemd and metrics: going down (the flush below may take a while). ----
   status_reporter.reset();
   NotifyStopping();
@@ -300,6 +346,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
   spdlog::info("unmounted {}", options.mountpoint.string());
   spdlog::default_logger()->flush();
+  if (never_answered) return 2;
   return loop_rc == 0 ? 0 : 1;
 }
 

@@ -33,6 +33,7 @@ std::vector<MountEntry> ReadMountTable() {
     MountEntry entry;
     fields >> entry.fstype >> entry.source;
     entry.mountpoint = UnescapeMountField(mountpoint);
+    entry.device = devno;
     entry.source = UnescapeMountField(entry.source);
     mounts.push_back(std::move(entry));
   }

@@ -15,6 +15,7 @@ struct MountEntry {
   std::string mountpoint;  // unescaped
   std::string fstype;
   std::string source;      // the "mount source" field (fsname)
+  std::string device;      // "major:minor" of the mounted filesystem
 };
 
 std::vector<MountEntry> ReadMountTable();

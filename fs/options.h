@@ -40,6 +40,9 @@ struct MountOptions {
   FuseTimeouts timeouts;
   unsigned max_threads = 16;
   Consistency consistency = Consistency::kAuto;
+  // The kernel's readahead for the mount. Its default (128 KiB) splits every larger
+  // file into several READ round trips; 1 MiB matches the cache's chunk.
+  uint64_t readahead = 1u << 20;
 
   // Observability (fs/metrics.h): Prometheus text exposition, both off by default.
   std::string metrics_listen;             // "HOST:PORT"; loopback only unless allowed

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <deque>
 
-#include "loader/unique_fd.h"
+#include "cache/unique_fd.h"
 
 namespace epochfs::loader {
 
@@ -23,7 +23,7 @@ Status CheckOpened(int fd, const ReadRequest& req) {
                   dir ? EISDIR : EINVAL);
   }
   if (static_cast<uint64_t>(st.st_size) != req.file_size) {
-    return Status(Code::kChanged,
+    return Status(Code::kStale,
                   *req.path + ": is now " + std::to_string(st.st_size) + " bytes but was " +
                       std::to_string(req.file_size) + " when listed (changed since?)",
                   EIO);
@@ -34,7 +34,7 @@ Status CheckOpened(int fd, const ReadRequest& req) {
 }
 
 Status ShortReadError(const ReadRequest& req, uint64_t got) {
-  return Status(Code::kChanged,
+  return Status(Code::kStale,
                 *req.path + ": short read: the file ends at byte " +
                     std::to_string(req.offset + got) + " but was " + std::to_string(req.file_size) +
                     " bytes when listed (truncated since?)",

@@ -3,9 +3,9 @@
 //
 // A request names a file, the size it had when it was listed, and the range to copy.
 // Each file is opened, checked with fstat (still a regular file, still the same size:
-// otherwise an error naming it, kChanged for a size change, never silently cut bytes),
+// otherwise an error naming it, kStale for a size change, never silently cut bytes),
 // read in full (short reads and -EAGAIN are resubmitted; hitting the end early is
-// kChanged too) and closed.
+// kStale too) and closed.
 //
 // Two implementations: io_uring (open, read and close are all asynchronous, up to
 // `queue_depth` files in flight; liburing's negative-errno convention stays inside it)
@@ -31,7 +31,7 @@ namespace epochfs::loader {
 
 struct ReadRequest {
   const std::string* path = nullptr;
-  uint64_t file_size = 0;  // the size when listed; any other size is kChanged
+  uint64_t file_size = 0;  // the size when listed; any other size is kStale
   uint64_t offset = 0;     // first byte to copy
   uint64_t length = 0;     // bytes to copy into dest
   uint8_t* dest = nullptr;

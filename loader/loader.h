@@ -47,61 +47,17 @@
 #include <utility>
 #include <vector>
 
+#include "cache/status.h"
+
 namespace epochfs::loader {
 
-// The loader's own small Status: it is a client library and does not link the cache
-// (and RocksDB) just for cache/status.h. Same shape, same habits.
-enum class Code {
-  kOk = 0,
-  kNotFound,         // a file or folder does not exist
-  kIoError,          // open or read failed
-  kInvalidArgument,  // bad options or order
-  kChanged,          // a file's size differs from when it was listed (truncated, grown)
-  kNoMemory,         // host, pinned or device allocation failed
-  kDeviceError,      // a CUDA call failed
-  kBusy,             // the consumer holds every buffer: Next() would wait forever
-  kUnsupported,      // e.g. device = kCuda without a usable CUDA device
-};
-
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(Code code, std::string message, int err = 0)
-      : code_(code), err_(err), message_(std::move(message)) {}
-  static Status Ok() { return Status(); }
-  // `context` names what failed ("open /data/x.jpg"); strerror(err) is appended.
-  static Status FromErrno(int err, const std::string& context);
-
-  bool ok() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
-  int err() const { return err_; }  // the errno behind it, 0 if none
-  const std::string& message() const { return message_; }
-  std::string ToString() const;  // "IoError: open /data/x.jpg: Is a directory"
-  void IgnoreError() const {}
-
- private:
-  Code code_ = Code::kOk;
-  int err_ = 0;
-  std::string message_;
-};
-
-template <typename T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit on purpose
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit on purpose
-  bool ok() const { return status_.ok(); }
-  const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  T& operator*() { return *value_; }
-
- private:
-  Status status_;
-  std::optional<T> value_;
-};
+// Errors are the project's Status values (cache/status.h, linked as the small
+// epochfs_status library, without the cache itself). A file whose size differs from
+// when it was listed is Code::kStale; an allocation failure kNoMemory; a CUDA failure
+// kDeviceError.
+using ::epochfs::Code;
+using ::epochfs::Result;
+using ::epochfs::Status;
 
 // ---- Inputs ----------------------------------------------------------------------
 

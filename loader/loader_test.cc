@@ -298,7 +298,7 @@ TEST_P(LoaderTest, FileTruncatedAfterListingIsAnError) {
   ASSERT_EQ(::truncate(s.ds.files[13].c_str(), 10), 0);
   auto [good, st] = RunUntilError(*l, s.size());
   EXPECT_EQ(good, 3u);
-  EXPECT_EQ(st.code(), Code::kChanged) << st.ToString();
+  EXPECT_EQ(st.code(), Code::kStale) << st.ToString();
   EXPECT_NE(st.message().find(s.ds.files[13]), std::string::npos);
   EXPECT_NE(st.message().find("is now 10 bytes"), std::string::npos) << st.ToString();
 }
@@ -310,7 +310,7 @@ TEST_P(LoaderTest, FileGrownAfterListingIsAnError) {
   testing::WriteFile(s.ds.files[0], "now longer than the empty file it was");
   auto [good, st] = RunUntilError(*l, s.size());
   EXPECT_EQ(good, 0u);
-  EXPECT_EQ(st.code(), Code::kChanged) << st.ToString();
+  EXPECT_EQ(st.code(), Code::kStale) << st.ToString();
   EXPECT_NE(st.message().find(s.ds.files[0]), std::string::npos);
 }
 

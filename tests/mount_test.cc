@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/mount_fixture.h"
@@ -261,6 +262,35 @@ TEST_F(MountTest, RequestsPerFileInEachMode) {
     EXPECT_LE(r["read"].get<uint64_t>(), 2 * d.files.size()) << r.dump();
     ASSERT_TRUE(m->Unmount());
   }
+}
+
+TEST_F(MountTest, LargeFilesAreReadInChunkSizedRequests) {
+  // 8 MiB read cold: at the kernel's default 128 KiB readahead that is 64 READs.
+  const std::string big = RandomBytes(8u << 20, 12);
+  WriteFile(src_ / "big.bin", big);
+  AgeFile(src_ / "big.bin", 3600);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  std::string device;
+  for (const auto& line : [] {
+         std::vector<std::string> lines;
+         std::ifstream in("/proc/self/mountinfo");
+         for (std::string l; std::getline(in, l);) lines.push_back(l);
+         return lines;
+       }()) {
+    if (line.find(" " + mnt_.string() + " ") != std::string::npos) {
+      std::istringstream fields(line);
+      std::string id, parent;
+      fields >> id >> parent >> device;
+    }
+  }
+  ASSERT_FALSE(device.empty());
+  EXPECT_EQ(ReadFile("/sys/class/bdi/" + device + "/read_ahead_kb"), "1024\n");
+  ASSERT_EQ(ReadFile(mnt_ / "big.bin"), big);
+  const uint64_t reads = m->Stats()["requests"]["read"].get<uint64_t>();
+  EXPECT_LE(reads, 16u) << "8 MiB took " << reads << " READ requests";
+  EXPECT_GE(reads, 8u);
 }
 
 TEST_F(MountTest, WritesPassThrough) {

@@ -28,7 +28,7 @@ namespace {
       type = PyExc_FileNotFoundError;
       break;
     case Code::kIoError:
-    case Code::kChanged:
+    case Code::kStale:
       type = PyExc_OSError;
       break;
     case Code::kInvalidArgument:
