@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 
@@ -83,6 +86,32 @@ std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, 
                      fmt::format("{:.0f}", d.source / secs), fmt::format("{:.0f}", b.source));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "source MB/s",
                      fmt::format("{:.1f}", d.source_bytes / secs / 1e6), Bytes(b.source_bytes));
+  // FUSE requests: zero in a warm notify-mode epoch (the kernel serves it alone), two
+  // per file in open mode; the busiest kinds say what the kernel asks for.
+  std::vector<std::pair<double, std::string>> kinds;
+  double requests = 0, requests_total = 0;
+  if (after.contains("requests") && after["requests"].is_object()) {
+    for (const auto& [kind, count] : after["requests"].items()) {
+      const double now = count.is_number() ? count.get<double>() : 0;
+      const auto& was = before.contains("requests") ? before["requests"] : nlohmann::json();
+      const double then = was.is_object() && was.contains(kind) && was[kind].is_number()
+                              ? was[kind].get<double>()
+                              : 0;
+      requests += now - then;
+      requests_total += now;
+      if (now > then) kinds.emplace_back(now - then, kind);
+    }
+  }
+  std::sort(kinds.rbegin(), kinds.rend());
+  std::string busiest;
+  for (size_t i = 0; i < kinds.size() && i < 3; i++) {
+    busiest +=
+        fmt::format("{}{} {:.0f}/s", i ? ", " : "  (", kinds[i].second, kinds[i].first / secs);
+  }
+  if (!busiest.empty()) busiest += ")";
+  out +=
+      fmt::format("  {:<14}{:>14} {:>14}{}\n", "requests/s", fmt::format("{:.0f}", requests / secs),
+                  fmt::format("{:.0f}", requests_total), busiest);
   out +=
       fmt::format("  {:<14}{} of {} ({}), {} entries\n", "RAM tier",
                   Bytes(double(U(after, "ram_bytes"))), Bytes(double(U(after, "ram_budget_bytes"))),

@@ -15,7 +15,10 @@ TEST(Top, FrameShowsRatesRatiosTiersAndPattern) {
   after["ram_hit_bytes"] = 4000000;
   after["ram_bytes"] = 512 << 20;
   after["ram_budget_bytes"] = 1024 << 20;
+  before["requests"] = {{"lookup", 10}, {"read", 0}};
+  after["requests"] = {{"lookup", 14}, {"read", 40}, {"open", 0}};
   const std::string frame = TopFrame(before, after, 2.0);
+  EXPECT_NE(frame.find("(read 20/s, lookup 2/s)"), std::string::npos) << frame;
   EXPECT_NE(frame.find("epoch pattern: -"), std::string::npos) << frame;
   EXPECT_NE(frame.find("75.0%"), std::string::npos) << frame;  // 30 of 40 reads in 2 s
   EXPECT_NE(frame.find("20"), std::string::npos) << frame;     // 40 reads / 2 s
