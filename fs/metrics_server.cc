@@ -134,7 +134,14 @@ void MetricsExporter::ServeOne(int fd) {
   const std::string line = request.substr(0, request.find_first_of("\r\n"));
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
   if (line.rfind("GET /metrics ", 0) == 0 || line == "GET /metrics") {
-    body = render_();
+    // An exception must not end the exporter's thread (and with it the daemon).
+    try {
+      body = render_();
+    } catch (const std::exception& e) {
+      status = "500 Internal Server Error";
+      type = "text/plain";
+      body = std::string("cannot render metrics: ") + e.what() + "\n";
+    }
   } else if (line.rfind("GET ", 0) == 0) {
     status = "404 Not Found";
     type = "text/plain";
@@ -157,7 +164,12 @@ void MetricsExporter::ServeOne(int fd) {
 
 Status MetricsExporter::WriteTextfile() {
   const std::filesystem::path tmp = options_.textfile.string() + ".tmp";
-  const std::string text = render_();
+  std::string text;
+  try {
+    text = render_();
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("metrics textfile: cannot render: {}", e.what()));
+  }
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) return Status::FromErrno(errno, fmt::format("metrics textfile {}", tmp.string()));
   size_t written = 0;

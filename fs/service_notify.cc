@@ -29,7 +29,12 @@ StatusReporter::StatusReporter(std::function<std::string()> status,
     std::unique_lock lock(mutex_);
     while (!stop_cv_.wait_for(lock, interval, [&] { return stopping_; })) {
       lock.unlock();
-      sd_notify(0, ("STATUS=" + status()).c_str());
+      try {
+        sd_notify(0, ("STATUS=" + status()).c_str());
+      } catch (const std::exception& e) {
+        // A status line is a courtesy; it must never end the daemon.
+        spdlog::debug("status line: {}", e.what());
+      }
       lock.lock();
     }
   });
