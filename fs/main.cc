@@ -12,14 +12,19 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
+#include "fs/config.h"
+#include "fs/journal_log.h"
+#include "fs/metrics_server.h"
 #include "fs/mount.h"
 #include "fs/mount_table.h"
 #include "fs/options.h"
+#include "fs/top.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/spdlog.h"
@@ -54,6 +59,9 @@ void SetUpLogging(const efs::MountOptions& options, bool to_file) {
       // reason to refuse a mount.
     }
   }
+  // ---- systemd: stderr is the journal; give each line its priority (fs/journal_log.h).
+  if (!to_file && efs::StderrIsJournal()) spdlog::set_formatter(efs::JournalFormatter());
+  // ---- end systemd ----
   spdlog::set_level(spdlog::level::from_str(options.log_level));
   spdlog::flush_on(spdlog::level::warn);
   spdlog::flush_every(std::chrono::seconds(2));
@@ -195,6 +203,19 @@ int CmdStatus(const std::string& mountpoint, bool json) {
   nlohmann::json all = nlohmann::json::array();
   for (const auto& target : targets) {
     auto stats = ReadStats(target);
+    // ---- all mounts: one dead daemon must not hide the others. It is reported (an
+    // "error" key in JSON) but is no failure of this command, which did its job.
+    if (!stats.ok() && mountpoint.empty()) {
+      if (json) {
+        all.push_back({{"mountpoint", target.string()}, {"error", stats.status().message()}});
+      } else {
+        fmt::print("epochfs on {}: NOT RESPONDING ({})\n  the daemon is gone; clear it with "
+                   "`epochfs umount --lazy {}` and mount again\n",
+                   target.string(), stats.status().message(), target.string());
+      }
+      continue;
+    }
+    // ---- end all mounts ----
     if (!stats.ok()) return Refuse(stats.status().message());
     if (json) {
       all.push_back(*stats);
@@ -219,11 +240,19 @@ bool ProcessGone(pid_t pid) {
          line[close_paren + 2] == 'Z' || line[close_paren + 2] == 'X';
 }
 
-int CmdUmount(const std::string& mountpoint_arg, bool lazy) {
+int CmdUmount(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
   const fsys::path mountpoint = fsys::absolute(mountpoint_arg).lexically_normal();
   auto stats = ReadStats(mountpoint);
-  if (!stats.ok()) return Refuse(stats.status().message());
-  const pid_t pid = stats->value("pid", 0);
+  // A mount whose daemon died has no stats ("Transport endpoint is not connected") but
+  // must still be unmountable; there is then no daemon to wait for.
+  if (!stats.ok() && !efs::IsEpochfsMount(mountpoint)) return Refuse(stats.status().message());
+  const pid_t pid = stats.ok() ? stats->value("pid", 0) : 0;
+  // --dead-only (the unit's ExecStopPost): clear a dead daemon's mount, never a live one
+  // that another instance or a person made.
+  if (dead_only && stats.ok()) {
+    return Refuse(fmt::format("{} is served by a live daemon (pid {}); not unmounting it",
+                              mountpoint.string(), pid));
+  }
   if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) < 0) {
     if (errno == EBUSY) {
       return Refuse(fmt::format("{} is busy (files are open on it); close them, or use --lazy",
@@ -255,21 +284,33 @@ int CmdUmount(const std::string& mountpoint_arg, bool lazy) {
 
 int CmdMount(efs::MountOptions options, const std::string& ram, const std::string& disk,
              const std::string& chunk, const std::string& readahead) {
-  auto ram_bytes = epochfs::fs::ParseSize(ram);
-  if (!ram_bytes.ok()) return Refuse("--ram: " + ram_bytes.status().message());
-  options.ram_budget = *ram_bytes;
+  // An empty size string: not given on the command line (the config file's or the
+  // default value is in `options` already).
+  if (!ram.empty()) {
+    auto ram_bytes = epochfs::fs::ParseSize(ram);
+    if (!ram_bytes.ok()) return Refuse("--ram: " + ram_bytes.status().message());
+    options.ram_budget = *ram_bytes;
+  }
   if (!disk.empty()) {
     auto disk_bytes = epochfs::fs::ParseSize(disk);
     if (!disk_bytes.ok()) return Refuse("--disk: " + disk_bytes.status().message());
     options.disk_budget = *disk_bytes;
     options.disk_budget_set = true;
   }
-  auto chunk_bytes = epochfs::fs::ParseSize(chunk);
-  if (!chunk_bytes.ok()) return Refuse("--chunk-size: " + chunk_bytes.status().message());
-  options.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(*chunk_bytes, 1u << 30));
-  auto readahead_bytes = epochfs::fs::ParseSize(readahead);
-  if (!readahead_bytes.ok()) return Refuse("--readahead: " + readahead_bytes.status().message());
-  options.readahead = *readahead_bytes;
+  if (!chunk.empty()) {
+    auto chunk_bytes = epochfs::fs::ParseSize(chunk);
+    if (!chunk_bytes.ok()) return Refuse("--chunk-size: " + chunk_bytes.status().message());
+    options.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(*chunk_bytes, 1u << 30));
+  }
+  if (!readahead.empty()) {
+    auto readahead_bytes = epochfs::fs::ParseSize(readahead);
+    if (!readahead_bytes.ok()) return Refuse("--readahead: " + readahead_bytes.status().message());
+    options.readahead = *readahead_bytes;
+  }
+  if (!options.metrics_listen.empty()) {
+    auto addr = efs::ParseListenAddress(options.metrics_listen, options.metrics_allow_remote);
+    if (!addr.ok()) return Refuse(addr.status().message());
+  }
 
   Status valid = efs::ResolveAndValidate(options);
   if (!valid.ok()) return Refuse(valid.message());
@@ -290,6 +331,65 @@ int CmdMount(efs::MountOptions options, const std::string& ram, const std::strin
   return rc;
 }
 
+// ---- Configuration file (fs/config.h): the file first, then the flags given. ----
+
+// Sets in `options` every value the command line did not give from the config file
+// (`path`; skipped when `if_exists` and it is missing). The size strings (`ram`, `chunk`,
+// `disk`, `readahead`) are cleared when not given, so CmdMount keeps the file's (or the
+// default) value.
+int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
+                efs::MountOptions& options, std::string& ram, std::string& chunk,
+                std::string& disk, std::string& readahead) {
+  auto given = [&](const char* name) { return mount->get_option(name)->count() > 0; };
+  efs::MountOptions file = efs::MountOptions();
+  std::set<std::string> keys;
+  if (!path.empty()) {
+    std::error_code ec;
+    if (!if_exists || fsys::exists(path, ec)) {
+      Status st = efs::ApplyConfigFile(path, file, &keys);
+      if (!st.ok()) return Refuse(st.message());
+    }
+  }
+  if (!given("SOURCE")) options.source = file.source;
+  if (!given("MOUNTPOINT")) options.mountpoint = file.mountpoint;
+  if (!given("--cache-dir")) options.cache_dir = file.cache_dir;
+  if (!given("--log-file")) options.log_file = file.log_file;
+  if (!given("--ram")) {
+    ram.clear();
+    options.ram_budget = file.ram_budget;
+  }
+  if (!given("--disk")) {
+    disk.clear();
+    options.disk_budget = file.disk_budget;
+    options.disk_budget_set = file.disk_budget_set;
+  }
+  if (!given("--chunk-size")) {
+    chunk.clear();
+    options.chunk_size = file.chunk_size;
+  }
+  if (!given("--readahead")) {
+    readahead.clear();
+    options.readahead = file.readahead;
+  }
+  if (!given("--read-only")) options.read_only = file.read_only;
+  if (!given("--allow-other")) options.allow_other = file.allow_other;
+  if (!given("--no-io-uring")) options.use_io_uring = file.use_io_uring;
+  if (!given("--log-level")) options.log_level = file.log_level;
+  if (!given("--consistency")) options.consistency = file.consistency;
+  if (!given("--attr-timeout")) options.timeouts.attr_s = file.timeouts.attr_s;
+  if (!given("--entry-timeout")) options.timeouts.entry_s = file.timeouts.entry_s;
+  if (!given("--threads")) options.max_threads = file.max_threads;
+  if (!given("--metrics-listen")) options.metrics_listen = file.metrics_listen;
+  if (!given("--metrics-allow-remote")) options.metrics_allow_remote = file.metrics_allow_remote;
+  if (!given("--metrics-textfile")) options.metrics_textfile = file.metrics_textfile;
+  if (options.source.empty()) {
+    return Refuse("mount needs a SOURCE (on the command line or as `source` in --config)");
+  }
+  return 0;
+}
+
+// ---- end configuration file ----
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,7 +401,7 @@ int main(int argc, char** argv) {
   std::string ram = "1G", disk, chunk = "1M", readahead = "1M";
   std::string source, mountpoint;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE, over itself unless MOUNTPOINT is given");
-  mount->add_option("SOURCE", source, "The data set folder")->required();
+  mount->add_option("SOURCE", source, "The data set folder (or `source` in --config)");
   mount->add_option("MOUNTPOINT", mountpoint, "Where to mount (default: SOURCE itself)");
   mount->add_option("--cache-dir", mount_options.cache_dir,
                     "The SSD tier (default: /var/cache/epochfs/<source>-<hash>)");
@@ -343,12 +443,41 @@ int main(int argc, char** argv) {
   bool no_io_uring = false;
   mount->add_flag("--no-io-uring", no_io_uring, "Read with pread instead of io_uring");
 
+  // ---- Configuration file and metrics options (fs/config.h, fs/metrics_server.h). ----
+  std::string config_file, config_if_exists;
+  auto* config_option = mount->add_option(
+      "--config", config_file, "Read options from this TOML file; flags given here override it");
+  mount->add_option("--config-if-exists", config_if_exists,
+                    "Like --config, but a missing file is no error (what the systemd unit uses)")
+      ->excludes(config_option);
+  mount->add_option("--metrics-listen", mount_options.metrics_listen,
+                    "Serve Prometheus metrics at http://HOST:PORT/metrics (loopback only "
+                    "unless --metrics-allow-remote)");
+  mount->add_flag("--metrics-allow-remote", mount_options.metrics_allow_remote,
+                  "Allow a non-loopback --metrics-listen host");
+  mount->add_option("--metrics-textfile", mount_options.metrics_textfile,
+                    "Write Prometheus metrics to this file every 10 s (node-exporter textfile "
+                    "collector)");
+
+  efs::TopOptions top_options;
+  std::string top_target;
+  auto* top = app.add_subcommand("top", "A live view of one epochfs mount");
+  top->add_option("MOUNTPOINT", top_target, "The mount")->required();
+  top->add_option("-i,--interval", top_options.interval_s, "Seconds between frames")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  top->add_flag("--once", top_options.once, "Draw one frame and exit");
+  // ---- end configuration file and metrics options ----
+
   bool lazy = false;
   std::string umount_target;
   auto* umount = app.add_subcommand("umount", "Unmount an epochfs mount and wait for its daemon");
   umount->alias("unmount");
   umount->add_option("MOUNTPOINT", umount_target, "The mount")->required();
   umount->add_flag("-l,--lazy", lazy, "Detach now, finish when no longer busy");
+  bool dead_only = false;  // ---- systemd ExecStopPost ----
+  umount->add_flag("--dead-only", dead_only,
+                   "Only unmount if its daemon is gone (Transport endpoint is not connected)");
 
   bool json = false;
   std::string status_target;
@@ -376,9 +505,21 @@ int main(int argc, char** argv) {
     mount_options.consistency = consistency == "open"     ? efs::Consistency::kOpen
                                 : consistency == "notify" ? efs::Consistency::kNotify
                                                           : efs::Consistency::kAuto;
+    // ---- configuration file: file values under the flags given ----
+    const bool if_exists = config_file.empty();
+    const int config_rc = ApplyConfig(mount, if_exists ? config_if_exists : config_file,
+                                      if_exists, mount_options, ram, chunk, disk, readahead);
+    if (config_rc != 0) return config_rc;
+    // ---- end configuration file ----
     return CmdMount(mount_options, ram, disk, chunk, readahead);
   }
-  if (*umount) return CmdUmount(umount_target, lazy);
+  // ---- epochfs top ----
+  if (*top) {
+    const fsys::path target = fsys::absolute(top_target).lexically_normal();
+    return efs::RunTop(top_options, [&] { return ReadStats(target); }, stdout);
+  }
+  // ---- end epochfs top ----
+  if (*umount) return CmdUmount(umount_target, lazy, dead_only);
   if (*status) return CmdStatus(status_target, json);
   return Refuse("no command given (see epochfs --help)");
 }

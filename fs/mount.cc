@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -22,6 +23,9 @@
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
 #include "fs/mount_table.h"
+#include "fs/metrics.h"
+#include "fs/metrics_server.h"
+#include "fs/service_notify.h"
 #include "fs/source_fs.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -45,8 +49,11 @@ std::pair<uint64_t, uint64_t> ResidentSetBytes() {
   return {rss, peak};
 }
 
-std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
+// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
+// exporter renders it as Prometheus text (fs/metrics.h).
+nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                             const ChangeWatcher* watcher,
+                             std::chrono::steady_clock::time_point started) {
   const cache::CacheStats s = fs.cache().Stats();
   nlohmann::json j;
   j["version"] = EPOCHFS_VERSION;
@@ -100,7 +107,12 @@ std::string StatsJson(const MountOptions& options, const FuseContext& ctx, Sourc
   const auto [rss, peak] = ResidentSetBytes();
   j["daemon_rss_bytes"] = rss;
   j["daemon_peak_rss_bytes"] = peak;
-  return j.dump(2) + "\n";
+  return j;
+}
+
+std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
+  return StatsSnapshot(options, ctx, fs, watcher, started).dump(2) + "\n";
 }
 
 // One daemon per cache dir: two writers would interleave their packs.
@@ -253,6 +265,22 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   ctx.kernel_asks_to_open = options.consistency == Consistency::kOpen;
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
 
+  // ---- Observability: the metrics endpoint and textfile (fs/metrics_server.h). ----
+  // Bound before mounting, so a taken port refuses the mount instead of a half start.
+  std::unique_ptr<MetricsExporter> exporter;
+  if (!options.metrics_listen.empty() || !options.metrics_textfile.empty()) {
+    MetricsExporter::Options metrics_options;
+    metrics_options.listen = options.metrics_listen;
+    metrics_options.allow_remote = options.metrics_allow_remote;
+    metrics_options.textfile = options.metrics_textfile;
+    auto started_exporter = MetricsExporter::Start(metrics_options, [&] {
+      return PrometheusText(StatsSnapshot(options, ctx, **fs, watcher.get(), started));
+    });
+    if (!started_exporter.ok()) return fail(started_exporter.status());
+    exporter = std::move(*started_exporter);
+  }
+  // ---- end observability ----
+
   if (fuse_set_signal_handlers(session.get()) != 0) {
     return fail(Status::IoError("cannot install signal handlers"));
   }
@@ -265,17 +293,36 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),
                options.mountpoint.string(), options.cache_dir.string(),
                options.ram_budget >> 20, options.disk_budget >> 20);
-  // Ready only once the mount answers: a stat of the mountpoint returns after the loop
-  // (started below) has served INIT and the stat itself. Readahead can be raised only
-  // after INIT too (see SetReadahead).
-  std::thread announce_ready([&] {
+  // The mount is ready once it answers. A stat of the mountpoint from a thread of our
+  // own returns once the loop below has answered INIT (and this stat): only then is the
+  // kernel's readahead raised (the INIT reply resets it), and only then is the mount
+  // reported ready, to the parent that daemonized us and to systemd (READY=1). So
+  // whoever is told "ready" finds the mount answering and its readahead set.
+  std::unique_ptr<StatusReporter> status_reporter;  // set by `readiness`
+  std::atomic<bool> never_answered{false};
+  std::thread readiness([&] {
     struct ::stat st {};
     if (::stat(options.mountpoint.c_str(), &st) != 0) {
-      spdlog::warn("the new mount does not answer a stat: {}", strerror(errno));
-    } else if (options.readahead > 0) {
-      SetReadahead(options.mountpoint, options.readahead);
+      const Status why = Status::FromErrno(errno, fmt::format("the mount on {} does not answer",
+                                                              options.mountpoint.string()));
+      never_answered = true;
+      spdlog::error("mount failed: {}", why.ToString());
+      ready(why);
+      // Ends the loop: the kernel closes the connection and reads of /dev/fuse fail.
+      fuse_session_exit(session.get());
+      fuse_session_unmount(session.get());
+      return;
     }
+    if (options.readahead > 0) SetReadahead(options.mountpoint, options.readahead);
     ready(Status::Ok());
+    // ---- systemd: READY=1 only now that the mount answers (fs/service_notify.h). ----
+    NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
+                            options.mountpoint.string()));
+    status_reporter = std::make_unique<StatusReporter>(
+        [&] {
+          return ServiceStatusLine(StatsSnapshot(options, ctx, **fs, watcher.get(), started));
+        },
+        std::chrono::seconds(10));
   });
 
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
@@ -283,7 +330,11 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
   const int loop_rc = fuse_session_loop_mt(session.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
-  announce_ready.join();
+  readiness.join();
+  // ---- systemd and metrics: going down (the flush below may take a while). ----
+  status_reporter.reset();
+  NotifyStopping();
+  exporter.reset();
 
   // The watcher notifies through the session: stop it first.
   (*fs)->SetChangeWatcher(nullptr);
@@ -295,6 +346,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
   spdlog::info("unmounted {}", options.mountpoint.string());
   spdlog::default_logger()->flush();
+  if (never_answered) return 2;
   return loop_rc == 0 ? 0 : 1;
 }
 

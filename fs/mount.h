@@ -14,8 +14,9 @@ namespace epochfs::fs {
 
 // Mounts `options.source` on `options.mountpoint` (validated and resolved already) and
 // serves it until it is unmounted or the process gets SIGTERM/SIGINT/SIGHUP. `ready`
-// is called exactly once: with Ok as soon as the mount is live, or with the reason it
-// could not be made. Returns the process exit code.
+// is called exactly once: with Ok as soon as the mount answers (a stat of it has
+// returned, the kernel's readahead is set), or with the reason it could not be made. It
+// may be called from a thread of RunMount's own. Returns the process exit code.
 int RunMount(const MountOptions& options, const std::function<void(const Status&)>& ready);
 
 }  // namespace epochfs::fs

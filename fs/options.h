@@ -43,6 +43,11 @@ struct MountOptions {
   // The kernel's readahead for the mount. Its default (128 KiB) splits every larger
   // file into several READ round trips; 1 MiB matches the cache's chunk.
   uint64_t readahead = 1u << 20;
+
+  // Observability (fs/metrics.h): Prometheus text exposition, both off by default.
+  std::string metrics_listen;             // "HOST:PORT"; loopback only unless allowed
+  bool metrics_allow_remote = false;      // accept a non-loopback metrics_listen host
+  std::filesystem::path metrics_textfile; // node-exporter textfile, rewritten every 10 s
 };
 
 // "8G", "512M", "1.5G", "4096", "64k": bytes. Powers of 1024. Anything else is an error.
