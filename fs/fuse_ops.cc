@@ -123,7 +123,16 @@ void DoGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexce
 void DoSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_setattr);
-  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  if (ControlDir::IsControl(ino)) {
+    // Truncating a writable control file (a shell's `>`) is accepted and means nothing:
+    // each plan starts with a write at offset 0.
+    if (ctx.control->IsWritable(ino) && (to_set & ~FUSE_SET_ATTR_SIZE) == 0) {
+      struct ::stat st = ctx.control->Attr(ino);
+      fuse_reply_attr(req, &st, 0);
+      return;
+    }
+    return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  }
   SourceFs::AttrChange what;
   what.mode = to_set & FUSE_SET_ATTR_MODE;
   what.uid = to_set & FUSE_SET_ATTR_UID;
@@ -233,7 +242,7 @@ void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept 
     return;
   }
   if (ControlDir::IsControl(ino)) {
-    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY && !ctx.control->IsWritable(ino)) {
       return ReplyError(req, Status::FromErrno(EACCES, "control files are read-only"));
     }
     auto content = ctx.control->Content(ino);
@@ -294,7 +303,14 @@ void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_write);
-  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EBADF, "control"));
+  if (ControlDir::IsControl(ino)) {
+    const Caller caller = CallerOf(req);
+    Status st = ctx.control->Write(ino, static_cast<uint64_t>(off), std::string_view(buf, size),
+                                   caller.uid, caller.gid);
+    if (!st.ok()) return ReplyError(req, st);
+    fuse_reply_write(req, size);
+    return;
+  }
   FileHandle* fh = HandleOf(fi);
   auto written = fh ? ctx.fs->Write(*fh, buf, size, static_cast<uint64_t>(off))
                     : ctx.fs->WriteNode(ino, buf, size, static_cast<uint64_t>(off));
