@@ -2,6 +2,7 @@
 // refused and changes nothing, a plan is checked against the writer's permissions, and
 // readahead turns a sequential epoch's SSD reads into RAM hits after a restart.
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -214,6 +215,59 @@ TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Consistency, PrefetchTest, ::testing::Values("notify", "open"));
+
+}  // namespace
+}  // namespace epochfs::testing
+
+namespace epochfs::testing {
+namespace {
+
+// `epochfs warm`: loads a tree into the SSD tier; interrupted, a second run completes
+// it and fetches from the source only what the first did not.
+TEST(Warm, InterruptedThenResumedLoadsEverythingOnce) {
+  EPOCHFS_SKIP_WITHOUT_FUSE();
+  TempDir dir;
+  const fsys::path src = dir / "src", mnt = dir / "mnt", cache = dir / "cache";
+  fsys::create_directories(mnt);
+  Dataset d = Dataset::Make(src, 300, 6, 100 * 1024, 11);
+  uint64_t total = 0;
+  for (const auto& f : d.files) total += f.second.size();
+  Mount m(src, mnt, cache, {"--ram", "4M"});  // RAM far smaller than the data set
+  ASSERT_TRUE(m.ok()) << m.output();
+
+  // An interrupted run: one class folder only (deterministic), then a killed run.
+  CommandResult first = Epochfs({"warm", mnt.string(), "class_0"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("warmed 50 files"), std::string::npos) << first.output;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string bin = EPOCHFS_BINARY;
+    ::execl(bin.c_str(), bin.c_str(), "warm", mnt.c_str(), "-j", "1", nullptr);
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const uint64_t source_before = m.Stats()["source_bytes"].get<uint64_t>();
+  EXPECT_LT(source_before, total);
+
+  CommandResult second = Epochfs({"warm", mnt.string()});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("warmed 300 files"), std::string::npos) << second.output;
+  auto s = m.Stats();
+  // Every byte came from the source exactly once over all runs (the first run's files
+  // were SSD hits the second time), and the SSD tier holds the whole data set.
+  EXPECT_EQ(s["source_bytes"].get<uint64_t>(), total) << s.dump();
+  EXPECT_GT(s["ssd_hits"].get<uint64_t>() + s["ram_hits"].get<uint64_t>(), 0u) << second.output;
+  ASSERT_TRUE(m.Unmount());
+  // After a restart, a full pass reads nothing from the source.
+  Mount again(src, mnt, cache, {"--ram", "4M"});
+  ASSERT_TRUE(again.ok()) << again.output();
+  CommandResult third = Epochfs({"warm", mnt.string()});
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_EQ(again.Stats()["source_bytes"], 0) << third.output;
+}
 
 }  // namespace
 }  // namespace epochfs::testing
