@@ -1,5 +1,6 @@
 #include "prefetcher/epoch_policy.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace epochfs::prefetch {
@@ -58,6 +59,21 @@ bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) const {
   if (bytes_ + bytes <= budget_) return true;
   if (read_.count(file) != 0 || by_rank_.empty()) return false;
   return RankLocked(file) < by_rank_.rbegin()->first;
+}
+
+uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) const {
+  std::lock_guard lock(mu_);
+  uint32_t n = 0;
+  if (bytes_ < budget_) {
+    const uint64_t average = cached_.empty() ? 1 : std::max<uint64_t>(1, bytes_ / cached_.size());
+    n = static_cast<uint32_t>(std::min<uint64_t>(limit, (budget_ - bytes_) / average));
+  }
+  if (read_.count(file) != 0) return n;  // a read file never evicts
+  const uint64_t rank = RankLocked(file);
+  for (auto it = by_rank_.rbegin(); it != by_rank_.rend() && n < limit && it->first > rank; ++it) {
+    ++n;
+  }
+  return n;
 }
 
 bool EpochPolicy::WasRead(const FileKey& file) const {

@@ -49,6 +49,11 @@ class EpochPolicy final : public cache::EvictionPolicy {
   // to evict). Approximate: the tier may change before the prefetch lands.
   bool WouldAdmit(const FileKey& file, uint64_t bytes) const;
   bool WasRead(const FileKey& file) const;
+  // How many entries one file of `file`'s rank could take the place of now, counting
+  // at most `limit`: free room (in average entries) plus cached entries ranked worse.
+  // The prefetcher keeps fewer prefetches in flight than this, so that none of them
+  // is fetched only to be refused by the tier.
+  uint32_t Displaceable(const FileKey& file, uint32_t limit) const;
 
   // cache::EvictionPolicy
   void OnInsert(const cache::ChunkKey& key, uint64_t bytes) override;

@@ -70,12 +70,15 @@ class PrefetcherImpl final : public Prefetcher {
   bool HandledLocked(const FileKey& key) const {
     return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
   }
-  bool RefusedLocked(const FileKey& key, uint64_t bytes) {
-    if (!policy_ || policy_->WouldAdmit(key, bytes)) return false;
+  // Whether the policy would refuse `key` once the prefetches in flight have landed
+  // (each takes one place): fetching it now would only waste source IO.
+  bool RefusedLocked(const FileKey& key, uint64_t /*bytes*/) {
+    if (!policy_ || policy_->Displaceable(key, inflight_ + 1) > inflight_) return false;
     ++prefetch_refused_;
     return true;
   }
   void Work();
+  void Fetch(const Candidate& candidate);
 
   const PrefetcherOptions options_;
   cache::Cache* const cache_;
@@ -106,6 +109,7 @@ class PrefetcherImpl final : public Prefetcher {
   std::string last_path_;
   std::string listed_dir_;
   std::vector<std::string> listed_names_;  // of listed_dir_, sorted
+  uint32_t inflight_ = 0;  // candidates handed to workers and not finished
   uint64_t prefetched_count_ = 0, prefetch_hits_ = 0, prefetch_refused_ = 0;
   uint64_t prefetch_errors_ = 0, plans_published_ = 0;
 
@@ -275,40 +279,47 @@ void PrefetcherImpl::Work() {
         if (stop_) return;
         if (auto next = NextLocked()) {
           candidate = std::move(*next);
+          ++inflight_;
           break;
         }
         cv_.wait_for(lock, kIdleWait);
       }
     }
-    // Demand first: give reads in flight a moment before adding source IO.
-    const auto deadline = std::chrono::steady_clock::now() + kDemandGrace;
-    while (demand_inflight_.load(std::memory_order_relaxed) > 0 &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    auto opened = options_.open(candidate.path);
-    if (!opened.ok()) {
-      std::lock_guard lock(mu_);
-      ++prefetch_errors_;
-      spdlog::debug("prefetch {}: {}", candidate.path, opened.status().ToString());
-      continue;
-    }
-    const FileKey key{opened->id.dev, opened->id.ino};
-    {
-      std::lock_guard lock(mu_);
-      if (accessed_.count(key) != 0) continue;  // the reader got there first
-      if (!candidate.key) prefetched_.insert(key);
-    }
-    auto in_ram = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
+    Fetch(candidate);
     std::lock_guard lock(mu_);
-    if (!in_ram.ok()) {
-      ++prefetch_errors_;
-      continue;
-    }
-    if (*in_ram > 0 && accessed_.count(key) == 0) {
-      ++prefetched_count_;
-      landed_.insert(key);
-    }
+    --inflight_;
+  }
+}
+
+void PrefetcherImpl::Fetch(const Candidate& candidate) {
+  // Demand first: give reads in flight a moment before adding source IO.
+  const auto deadline = std::chrono::steady_clock::now() + kDemandGrace;
+  while (demand_inflight_.load(std::memory_order_relaxed) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  auto opened = options_.open(candidate.path);
+  if (!opened.ok()) {
+    std::lock_guard lock(mu_);
+    ++prefetch_errors_;
+    spdlog::debug("prefetch {}: {}", candidate.path, opened.status().ToString());
+    return;
+  }
+  const FileKey key{opened->id.dev, opened->id.ino};
+  {
+    std::lock_guard lock(mu_);
+    if (accessed_.count(key) != 0) return;  // the reader got there first
+    if (!candidate.key) prefetched_.insert(key);
+  }
+  auto in_ram = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
+  std::lock_guard lock(mu_);
+  if (!in_ram.ok()) {
+    ++prefetch_errors_;
+    return;
+  }
+  if (*in_ram > 0 && accessed_.count(key) == 0) {
+    ++prefetched_count_;
+    landed_.insert(key);
   }
 }
 
