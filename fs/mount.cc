@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -214,6 +215,12 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   prefetch_options.list_dir = [source_fs](const std::string& dir) {
     return source_fs->ListRelativeDir(dir);
   };
+  // A benchmark knob, not an option: EPOCHFS_READAHEAD=0 keeps the epoch-aware policy
+  // and the plan file but issues no readahead (the "without" side of a comparison).
+  if (const char* env = std::getenv("EPOCHFS_READAHEAD"); env && std::string(env) == "0") {
+    prefetch_options.enabled = false;
+    spdlog::info("readahead off (EPOCHFS_READAHEAD=0)");
+  }
   prefetch_options.ram_budget = options.ram_budget;
   prefetch_options.chunk_size = options.chunk_size;
   auto prefetcher =
