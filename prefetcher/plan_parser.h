@@ -33,7 +33,7 @@
 namespace epochfs::prefetch {
 
 struct PlanParserOptions {
-  size_t max_entries = 10'000'000;
+  size_t max_entries = 4'000'000;  // ImageNet-1k is 1.28M; see the memory note in architecture.md
   size_t max_line = PATH_MAX;  // bytes of one path, newline excluded
 };
 
