@@ -221,6 +221,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
     prefetch_options.enabled = false;
     spdlog::info("readahead off (EPOCHFS_READAHEAD=0)");
   }
+  prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = options.ram_budget;
   prefetch_options.chunk_size = options.chunk_size;
   auto prefetcher =

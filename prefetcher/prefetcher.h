@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -89,6 +90,9 @@ struct PrefetcherOptions {
   uint64_t ram_budget = 1ull << 30;  // the RAM tier's budget (the policy's WouldAdmit)
   uint32_t chunk_size = 1u << 20;    // the cache's chunk size
   bool enabled = true;          // false: track and rank only, never read ahead
+  // Where the file list and the last epoch's order are kept across restarts (rewritten
+  // at each epoch boundary, loaded at Create); empty: nothing is kept.
+  std::filesystem::path record_path;
 };
 
 struct PrefetcherStats {

@@ -74,3 +74,66 @@ TEST(Prefetcher, PublishedPlanStartsAnEpochAndTracksPosition) {
 
 }  // namespace
 }  // namespace epochfs::prefetch
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "prefetcher/epoch_record.h"
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST(EpochRecord, RoundTripsAndRefusesGarbage) {
+  char tmpl[] = "/tmp/epochfs-record-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path dir = tmpl;
+  EpochRecord r;
+  r.files = {{FileKey{1, 2}, "a/b c.jpg"}, {FileKey{1, 3}, "bad\nname"}, {FileKey{1, 4}, "d"}};
+  r.order = {2, 1, 0};
+  ASSERT_TRUE(SaveEpochRecord(dir / "epochs", r).ok());
+  auto back = LoadEpochRecord(dir / "epochs");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->files.size(), 2u);  // the name with a newline is left out
+  EXPECT_EQ(back->files[0].second, "a/b c.jpg");
+  EXPECT_EQ(back->files[1].first, (FileKey{1, 4}));
+  EXPECT_EQ(back->order, (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(LoadEpochRecord(dir / "none").status().code(), Code::kNotFound);
+  {
+    std::FILE* f = std::fopen((dir / "junk").c_str(), "w");
+    std::fputs("epochfs-epochs 1\nfiles 5\n1 2 x\n", f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(LoadEpochRecord(dir / "junk").status().code(), Code::kCorruption);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Prefetcher, ARestartedDaemonRecognisesAReplayInItsFirstEpoch) {
+  char tmpl[] = "/tmp/epochfs-record-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path dir = tmpl;
+  const uint32_t n = 500;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(4));
+  auto make = [&] {
+    PrefetcherOptions o;
+    o.enabled = false;
+    o.record_path = dir / "epochs";
+    return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
+  };
+  {
+    auto p = make();
+    for (uint32_t i : order) Access(*p, i);
+    Access(*p, order[0]);  // epoch 1 begins: epoch 0's order is recorded
+    EXPECT_EQ(p->Stats().epoch, 1u);
+  }
+  auto p = make();
+  for (uint32_t i : order) Access(*p, i);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
+  EXPECT_EQ(p->Stats().epoch, 0u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
