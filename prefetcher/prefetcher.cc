@@ -27,7 +27,7 @@ constexpr double kEpochCoverage = 0.9;
 // In the first epoch there is no previous one: a repeat after this many accesses.
 constexpr size_t kFirstEpochMinAccesses = 16;
 // How long a worker lets demand reads go first before it issues its prefetch anyway.
-constexpr auto kDemandGrace = std::chrono::milliseconds(2);
+constexpr auto kDemandGrace = std::chrono::microseconds(500);
 constexpr auto kIdleWait = std::chrono::milliseconds(20);
 
 struct Candidate {
