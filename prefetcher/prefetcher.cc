@@ -53,6 +53,12 @@ class PrefetcherImpl final : public Prefetcher {
     }
     cv_.notify_all();
     for (auto& w : workers_) w.join();
+    // At unmount: keep the files seen so far too (the last complete epoch's order stays
+    // the recorded one), so the next mount can prefetch unread files from the start.
+    std::lock_guard lock(mu_);
+    if (!options_.record_path.empty() && catalog_.size() >= kFirstEpochMinAccesses) {
+      SaveRecordLocked();
+    }
   }
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;

@@ -206,7 +206,8 @@ TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));  // "compute"
   }
   auto s = m->Stats();
-  EXPECT_EQ(s["pattern"], "sequential") << s.dump();
+  // Sorted order; "replay" too if the first mount's order was recorded as an epoch.
+  EXPECT_TRUE(s["pattern"] == "sequential" || s["pattern"] == "replay") << s.dump();
   EXPECT_EQ(s["source_reads"], 0) << s.dump();
   // The classifier needs 128 files to be sure; after that readahead should stay ahead.
   EXPECT_GE(s["prefetch_hits"].get<uint64_t>(), 250u) << s.dump();
