@@ -26,6 +26,9 @@ ap.add_argument("--rate", type=float, default=450.0)
 ap.add_argument("--readers", type=int, default=4)
 ap.add_argument("--fraction", type=float, default=0.5)
 ap.add_argument("--epochs", type=int, default=4)
+ap.add_argument("--baseline", action="store_true",
+                help="also: the kernel page cache over the raw source, the reader in a memory "
+                     "cgroup limited to the same fraction of the data set (the LRU baseline)")
 args = ap.parse_args()
 
 cleanup = Cleanup()
@@ -59,6 +62,49 @@ def stats():
     with open(os.path.join(mnt, ".epochfs", "stats")) as f:
         return json.load(f)
 
+
+BASELINE_CHILD = r"""
+import json, os, random, sys, threading, time
+cg, limit, root, loopname, epochs, readers, compute, total = sys.argv[1:9]
+names = sorted(os.path.join(dp, f)[len(root) + 1:] for dp, _, fs in os.walk(root) for f in fs)
+with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+    f.write(str(os.getpid()))
+def sectors():
+    with open(f"/sys/block/{loopname}/stat") as f:
+        return int(f.read().split()[2])
+for epoch in range(int(epochs)):
+    order = names[:]
+    random.Random(epoch).shuffle(order)
+    it = iter(order); lock = threading.Lock(); s0 = sectors(); t0 = time.time()
+    def reader():
+        while True:
+            with lock:
+                n = next(it, None)
+            if n is None:
+                return
+            with open(os.path.join(root, n), "rb", buffering=0) as f:
+                while f.read(1 << 20):
+                    pass
+            time.sleep(float(compute))
+    ts = [threading.Thread(target=reader) for _ in range(int(readers))]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    secs = time.time() - t0
+    print(json.dumps(dict(baseline="page cache, memory cgroup " + limit, epoch=epoch,
+                          seconds=round(secs, 2), samples_per_s=round(len(order) / secs),
+                          source_bytes_per_dataset=round((sectors() - s0) * 512 / int(total), 3))),
+          flush=True)
+"""
+
+if args.baseline:
+    cgpath = "/sys/fs/cgroup/memory/epochfs-thq"
+    os.makedirs(cgpath, exist_ok=True)
+    cleanup.push("remove memory cgroup", lambda: os.rmdir(cgpath))
+    limit = int(args.fraction * total) + (24 << 20)  # + the interpreter's own memory
+    with open(os.path.join(cgpath, "memory.limit_in_bytes"), "w") as f:
+        f.write(str(limit))
+    drop_caches()
+    subprocess.run([sys.executable, "-c", BASELINE_CHILD, cgpath, str(limit), root, loop.name,
+                    str(args.epochs), str(args.readers), str(compute), str(total)], check=True)
 
 for publish in (False, True):
     shutil.rmtree(cache, ignore_errors=True)
