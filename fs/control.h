@@ -3,9 +3,9 @@
 //
 // It holds read-only files whose content is a snapshot: `stats` is the JSON of every
 // counter (what `epochfs status` reads). Where the kernel asks before opening (the
-// "open" consistency mode) the snapshot is made at open and read with direct I/O.
-// Where it opens without asking ("notify" mode) it reads through its page cache, so
-// the file has a fixed size (the snapshot padded with spaces, which JSON ignores), a
+// "open" consistency mode) the file is read with direct I/O and no per-open handle.
+// Where it opens without asking ("notify" mode) it reads through its page cache. Either
+// way the file has a fixed size (the snapshot padded with spaces, which JSON ignores), a
 // read at offset 0 takes a new snapshot, and the attributes (timeout 0, mtime "now")
 // make the kernel drop its old pages before each new read.
 // A file with a writer (the plan) is mode 0666 and size 0; writes are handed to it.
