@@ -124,6 +124,7 @@ class CacheImpl final : public Cache {
   ~CacheImpl() override = default;
 
   Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
+  Result<uint32_t> Prefetch(const SourceFile& file) override;
 
   void Invalidate(uint64_t dev, uint64_t ino) override {
     ram_->EraseFile(dev, ino);
@@ -165,6 +166,8 @@ class CacheImpl final : public Cache {
   std::atomic<uint64_t> misses_{0}, miss_bytes_{0};
   std::atomic<uint64_t> source_reads_{0}, source_bytes_{0};
   std::atomic<uint64_t> not_admitted_{0};
+  std::atomic<uint64_t> prefetch_from_ssd_{0}, prefetch_from_source_{0};
+  std::atomic<uint64_t> prefetch_already_cached_{0}, prefetch_bytes_{0};
 
   const std::unique_ptr<SsdTier> ssd_;  // null when disk_budget == 0
 };
@@ -188,6 +191,34 @@ Result<ReadBuffer> CacheImpl::Read(const SourceFile& file, uint64_t offset, size
   }
   if (!missing.empty()) EPOCHFS_RETURN_IF_ERROR(FillFromBelow(file, first, missing, pieces));
   return Assemble(offset, end, first, file, pieces);
+}
+
+Result<uint32_t> CacheImpl::Prefetch(const SourceFile& file) {
+  const uint64_t size = file.id.size;
+  if (size == 0) return uint32_t{0};
+  const uint64_t chunks = (size - 1) / options_.chunk_size + 1;
+  std::vector<Piece> pieces(chunks);
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < chunks; ++i) {
+    if (ram_->Contains(KeyOf(file, i))) {
+      ++prefetch_already_cached_;
+    } else {
+      missing.push_back(i);
+    }
+  }
+  if (!missing.empty()) {
+    // The same path as a demand miss (coalesced with concurrent readers of the chunk),
+    // but Assemble() is skipped, so nothing counts as a hit or a miss.
+    EPOCHFS_RETURN_IF_ERROR(FillFromBelow(file, 0, missing, pieces));
+    for (size_t i : missing) {
+      prefetch_bytes_ += pieces[i].bytes.size;
+      if (pieces[i].tier == Tier::kSsd) ++prefetch_from_ssd_;
+      if (pieces[i].tier == Tier::kSource) ++prefetch_from_source_;
+    }
+  }
+  uint32_t in_ram = 0;
+  for (size_t i = 0; i < chunks; ++i) in_ram += ram_->Contains(KeyOf(file, i)) ? 1 : 0;
+  return in_ram;
 }
 
 Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
@@ -379,6 +410,10 @@ CacheStats CacheImpl::Stats() const {
   s.source_reads = source_reads_;
   s.source_bytes = source_bytes_;
   s.not_admitted = not_admitted_;
+  s.prefetch_from_ssd = prefetch_from_ssd_;
+  s.prefetch_from_source = prefetch_from_source_;
+  s.prefetch_already_cached = prefetch_already_cached_;
+  s.prefetch_bytes = prefetch_bytes_;
   const RamTier::Stats ram = ram_->GetStats();
   s.ram_bytes = ram.bytes;
   s.ram_entries = ram.entries;
@@ -412,7 +447,9 @@ Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options
                                                      std::shared_ptr<IoEngine> io,
                                                      void (*tweak)(SsdTierOptions*)) {
   EPOCHFS_RETURN_IF_ERROR(Validate(options));
-  auto ram = std::make_unique<RamTier>(options.ram_budget, MakePolicy(options.ram_policy));
+  std::unique_ptr<EvictionPolicy> policy = MakePolicy(options.ram_policy);
+  if (options.ram_policy_override) policy = NewSharedPolicy(options.ram_policy_override);
+  auto ram = std::make_unique<RamTier>(options.ram_budget, std::move(policy));
   std::unique_ptr<SsdTier> ssd;
   if (options.disk_budget > 0) {
     SsdTierOptions ssd_options{

@@ -36,6 +36,8 @@
 
 namespace epochfs::cache {
 
+class EvictionPolicy;  // cache/eviction.h
+
 // What a source file is, for the purpose of deciding whether cached bytes of it are
 // still its bytes. Taken with fstat() on the open source fd.
 struct SourceIdentity {
@@ -84,6 +86,10 @@ struct CacheOptions {
   // stops (degraded, reads unaffected) below it.
   uint64_t min_free_bytes = 256ull << 20;
   RamPolicy ram_policy = RamPolicy::kLru;
+  // When set, the RAM tier uses this policy instead of `ram_policy` (the prefetcher's
+  // epoch-aware policy). The tier calls it under its own lock (cache/eviction.h); the
+  // caller may keep a reference to feed it, so it must be thread-safe on its own.
+  std::shared_ptr<EvictionPolicy> ram_policy_override;
   // Packs are fdatasync'ed, and their index records written, at least this often.
   uint32_t sync_interval_ms = 1000;
 };
@@ -104,6 +110,10 @@ struct CacheStats {
   uint64_t compressed_entries = 0;
   uint64_t ssd_read_errors = 0;  // pack reads that failed (served as misses)
   uint64_t ssd_read_around = 0;  // neighbouring entries moved to RAM by read-around
+  // Prefetch(): chunks brought into RAM from the SSD tier / read from the source, and
+  // chunks found already in RAM. Not counted as hits or misses.
+  uint64_t prefetch_from_ssd = 0, prefetch_from_source = 0, prefetch_already_cached = 0;
+  uint64_t prefetch_bytes = 0;   // bytes of the above read from SSD or source
   bool io_uring = false;         // whether the io_uring path is in use
   bool ssd_degraded = false;     // the SSD tier stopped writing (full or failing disk)
   std::string ssd_degraded_reason;
@@ -122,6 +132,12 @@ class Cache {
   // from RAM, then SSD, then the source, filling the faster tiers on the way. Cache
   // failures never fail a read; only the source can (kIoError, ...).
   virtual Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) = 0;
+
+  // Fills the tiers with every chunk of `file` as Read() would (RAM from SSD, both from
+  // the source), without counting demand hits or misses. Whether a chunk stays in RAM
+  // is the RAM policy's decision. Returns how many of the file's chunks are in RAM
+  // afterwards (0 when the policy refused them all), or the source's error.
+  virtual Result<uint32_t> Prefetch(const SourceFile& file) = 0;
 
   // Drops every cached chunk of the file (dev, ino), e.g. after a write through the
   // mount. Identity checks make this an optimisation, not a correctness requirement.

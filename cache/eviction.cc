@@ -47,7 +47,26 @@ class StaticPolicy final : public EvictionPolicy {
   bool AdmitWhenFull(const ChunkKey&, uint64_t) override { return false; }
 };
 
+class SharedPolicy final : public EvictionPolicy {
+ public:
+  explicit SharedPolicy(std::shared_ptr<EvictionPolicy> policy) : policy_(std::move(policy)) {}
+  void OnInsert(const ChunkKey& key, uint64_t bytes) override { policy_->OnInsert(key, bytes); }
+  void OnAccess(const ChunkKey& key) override { policy_->OnAccess(key); }
+  void OnErase(const ChunkKey& key) override { policy_->OnErase(key); }
+  std::optional<ChunkKey> Victim() override { return policy_->Victim(); }
+  bool AdmitWhenFull(const ChunkKey& key, uint64_t bytes) override {
+    return policy_->AdmitWhenFull(key, bytes);
+  }
+
+ private:
+  std::shared_ptr<EvictionPolicy> policy_;
+};
+
 }  // namespace
+
+std::unique_ptr<EvictionPolicy> NewSharedPolicy(std::shared_ptr<EvictionPolicy> policy) {
+  return std::make_unique<SharedPolicy>(std::move(policy));
+}
 
 std::unique_ptr<EvictionPolicy> NewLruPolicy() { return std::make_unique<LruPolicy>(); }
 std::unique_ptr<EvictionPolicy> NewStaticPolicy() { return std::make_unique<StaticPolicy>(); }

@@ -71,6 +71,9 @@ std::unique_ptr<EvictionPolicy> NewLruPolicy();
 // when stale or invalidated, which makes room again).
 std::unique_ptr<EvictionPolicy> NewStaticPolicy();
 
+// Forwards every call to `policy`, which the caller may share (and feed) elsewhere.
+std::unique_ptr<EvictionPolicy> NewSharedPolicy(std::shared_ptr<EvictionPolicy> policy);
+
 }  // namespace epochfs::cache
 
 template <>

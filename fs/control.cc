@@ -25,6 +25,9 @@ struct ::stat ControlDir::Attr(uint64_t nodeid) const {
   if (nodeid == kDirNodeId) {
     st.st_mode = S_IFDIR | 0555;
     st.st_nlink = 2;
+  } else if (IsWritable(nodeid)) {
+    st.st_mode = S_IFREG | 0666;
+    st.st_nlink = 1;
   } else {
     st.st_mode = S_IFREG | 0444;
     st.st_nlink = 1;
@@ -46,6 +49,21 @@ std::shared_ptr<const std::string> ControlDir::PaddedSnapshot(uint64_t nodeid, b
   std::lock_guard lock(mutex_);
   latest_[nodeid] = snapshot;
   return snapshot;
+}
+
+bool ControlDir::IsWritable(uint64_t nodeid) const {
+  for (const File& f : files_) {
+    if (f.nodeid == nodeid) return f.write != nullptr;
+  }
+  return false;
+}
+
+Status ControlDir::Write(uint64_t nodeid, uint64_t offset, std::string_view data, uid_t uid,
+                         gid_t gid) const {
+  for (const File& f : files_) {
+    if (f.nodeid == nodeid && f.write) return f.write(offset, data, uid, gid);
+  }
+  return Status::FromErrno(EBADF, "control file is read-only");
 }
 
 std::optional<std::string> ControlDir::Content(uint64_t nodeid) const {

@@ -64,10 +64,6 @@ FileHandle* HandleOf(const struct fuse_file_info* fi) {
   return fi ? reinterpret_cast<FileHandle*>(fi->fh) : nullptr;
 }
 
-// A control file's snapshot, made at open.
-struct ControlHandle {
-  std::string content;
-};
 
 bool IsControlDirLookup(fuse_ino_t parent, const char* name) {
   return parent == kRootNodeId && std::strcmp(name, ControlDir::kDirName) == 0;
@@ -132,7 +128,16 @@ void DoGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexce
 void DoSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_setattr);
-  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  if (ControlDir::IsControl(ino)) {
+    // Truncating a writable control file (a shell's `>`) is accepted and means nothing:
+    // each plan starts with a write at offset 0.
+    if (ctx.control->IsWritable(ino) && (to_set & ~FUSE_SET_ATTR_SIZE) == 0) {
+      struct ::stat st = ctx.control->Attr(ino);
+      fuse_reply_attr(req, &st, 0);
+      return;
+    }
+    return ReplyError(req, Status::FromErrno(EPERM, "control"));
+  }
   SourceFs::AttrChange what;
   what.mode = to_set & FUSE_SET_ATTR_MODE;
   what.uid = to_set & FUSE_SET_ATTR_UID;
@@ -242,15 +247,19 @@ void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept 
     return;
   }
   if (ControlDir::IsControl(ino)) {
-    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY && !ctx.control->IsWritable(ino)) {
       return ReplyError(req, Status::FromErrno(EACCES, "control files are read-only"));
     }
-    auto content = ctx.control->Content(ino);
-    if (!content) return ReplyError(req, Status::FromErrno(EISDIR, "control directory"));
-    auto handle = std::make_unique<ControlHandle>(ControlHandle{std::move(*content)});
-    fi->direct_io = 1;  // the size in the attributes is 0; read what is there
-    fi->fh = reinterpret_cast<uint64_t>(handle.get());
-    if (fuse_reply_open(req, fi) == 0) handle.release();
+    if (ino == ControlDir::kDirNodeId) {
+      return ReplyError(req, Status::FromErrno(EISDIR, "control directory"));
+    }
+    // No per-open handle: reads take the shared, reference-counted snapshot (a new one
+    // at offset 0), as in "notify" mode. A handle freed by RELEASE could still be in
+    // use by a READ of the same open being replied (seen under ASan: a read() that
+    // returned early while its other direct-I/O requests were still in flight).
+    fi->direct_io = 1;
+    fi->fh = 0;
+    fuse_reply_open(req, fi);
     return;
   }
   auto open = ctx.fs->Open(ino, fi->flags);
@@ -278,10 +287,10 @@ void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_read);
   if (ControlDir::IsControl(ino)) {
-    std::shared_ptr<const std::string> snapshot;
-    if (fi->fh == 0) snapshot = ctx.control->PaddedSnapshot(ino, off == 0);
-    const std::string& content =
-        fi->fh ? reinterpret_cast<ControlHandle*>(fi->fh)->content : *snapshot;
+    // Control files never have a handle (see DoOpen); the snapshot is shared and stays
+    // alive while this reply copies it.
+    const std::shared_ptr<const std::string> snapshot = ctx.control->PaddedSnapshot(ino, off == 0);
+    const std::string& content = *snapshot;
     const size_t start = std::min(content.size(), static_cast<size_t>(off));
     const size_t n = std::min(size, content.size() - start);
     fuse_reply_buf(req, content.data() + start, n);
@@ -298,7 +307,14 @@ void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              struct fuse_file_info* fi) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_write);
-  if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EBADF, "control"));
+  if (ControlDir::IsControl(ino)) {
+    const Caller caller = CallerOf(req);
+    Status st = ctx.control->Write(ino, static_cast<uint64_t>(off), std::string_view(buf, size),
+                                   caller.uid, caller.gid);
+    if (!st.ok()) return ReplyError(req, st);
+    fuse_reply_write(req, size);
+    return;
+  }
   FileHandle* fh = HandleOf(fi);
   auto written = fh ? ctx.fs->Write(*fh, buf, size, static_cast<uint64_t>(off))
                     : ctx.fs->WriteNode(ino, buf, size, static_cast<uint64_t>(off));
@@ -309,9 +325,7 @@ void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
 void DoRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
   Counted(req, RequestKind::k_release);
   if (fi->fh == 0) {
-    // Opened by the kernel alone ("notify" mode): nothing of ours to free.
-  } else if (ControlDir::IsControl(ino)) {
-    delete reinterpret_cast<ControlHandle*>(fi->fh);
+    // Opened by the kernel alone ("notify" mode), or a control file: nothing to free.
   } else {
     delete HandleOf(fi);
   }

@@ -25,6 +25,7 @@
 #include "fs/mount_table.h"
 #include "fs/options.h"
 #include "fs/top.h"
+#include "fs/warm.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/spdlog.h"
@@ -485,6 +486,16 @@ int main(int argc, char** argv) {
   status->add_option("MOUNTPOINT", status_target, "The mount (default: every epochfs mount)");
   status->add_flag("--json", json, "Machine-readable output");
 
+  // ---- warm (prefetcher issue #3; implementation in fs/warm.cc) ----
+  efs::WarmOptions warm_options;
+  std::string warm_target;
+  auto* warm = app.add_subcommand("warm", "Load files of a mount into its cache (resumable)");
+  warm->add_option("MOUNTPOINT", warm_target, "The mount")->required();
+  warm->add_option("PATH", warm_options.paths, "Files or folders inside it (default: all)");
+  warm->add_flag("--ram", warm_options.ram, "Also keep them in RAM (the page cache too) while they fit");
+  warm->add_option("-j,--threads", warm_options.threads, "Parallel readers")->capture_default_str();
+  // ---- end warm ----
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -521,5 +532,9 @@ int main(int argc, char** argv) {
   // ---- end epochfs top ----
   if (*umount) return CmdUmount(umount_target, lazy, dead_only);
   if (*status) return CmdStatus(status_target, json);
+  if (*warm) {
+    warm_options.mountpoint = warm_target;
+    return efs::RunWarm(warm_options);
+  }
   return Refuse("no command given (see epochfs --help)");
 }

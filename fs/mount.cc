@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -22,12 +23,14 @@
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
-#include "fs/mount_table.h"
 #include "fs/metrics.h"
 #include "fs/metrics_server.h"
+#include "fs/mount_table.h"
+#include "fs/plan_file.h"
 #include "fs/service_notify.h"
 #include "fs/source_fs.h"
 #include "nlohmann/json.hpp"
+#include "prefetcher/prefetcher.h"
 #include "spdlog/spdlog.h"
 
 #ifndef EPOCHFS_VERSION
@@ -104,6 +107,24 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["watched_dirs"] = watcher ? watcher->watched() : 0;
   j["change_events"] = watcher ? watcher->events() : 0;
   j["watch_failures"] = watcher ? watcher->watch_failures() : 0;
+  // ---- prefetcher (issue #3) ----
+  j["prefetch_from_ssd"] = s.prefetch_from_ssd;
+  j["prefetch_from_source"] = s.prefetch_from_source;
+  j["prefetch_bytes"] = s.prefetch_bytes;
+  if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
+    const prefetch::PrefetcherStats p = prefetcher->Stats();
+    j["pattern"] = prefetch::PatternName(p.pattern);
+    j["epoch"] = p.epoch;
+    j["epoch_accesses"] = p.epoch_accesses;
+    j["prefetched"] = p.prefetched;
+    j["prefetch_hits"] = p.prefetch_hits;
+    j["prefetch_refused"] = p.prefetch_refused;
+    j["prefetch_errors"] = p.prefetch_errors;
+    j["plans_published"] = p.plans_published;
+    j["plan_entries"] = p.plan_entries;
+    j["plan_position"] = p.plan_position;
+  }
+  // ---- end prefetcher ----
   const auto [rss, peak] = ResidentSetBytes();
   j["daemon_rss_bytes"] = rss;
   j["daemon_peak_rss_bytes"] = peak;
@@ -204,6 +225,10 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   cache_options.disk_budget = options.disk_budget;
   cache_options.chunk_size = options.chunk_size;
   cache_options.use_io_uring = options.use_io_uring;
+  // ---- prefetcher (issue #3): its epoch-aware policy ranks the RAM tier ----
+  const auto ram_policy = prefetch::Prefetcher::NewPolicy(options.ram_budget);
+  cache_options.ram_policy_override = ram_policy;
+  // ---- end prefetcher ----
   auto cache = cache::Cache::Open(cache_options);
   if (!cache.ok()) return fail(cache.status());
 
@@ -213,6 +238,30 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   auto fs = SourceFs::Create(std::move(root_fd), fs_options, std::move(*cache));
   if (!fs.ok()) return fail(fs.status());
 
+  // ---- prefetcher (issue #3) ----
+  prefetch::PrefetcherOptions prefetch_options;
+  SourceFs* source_fs = fs->get();
+  prefetch_options.open = [source_fs](const std::string& path) {
+    return source_fs->OpenRelative(path);
+  };
+  prefetch_options.list_dir = [source_fs](const std::string& dir) {
+    return source_fs->ListRelativeDir(dir);
+  };
+  // A benchmark knob, not an option: EPOCHFS_READAHEAD=0 keeps the epoch-aware policy
+  // and the plan file but issues no readahead (the "without" side of a comparison).
+  if (const char* env = std::getenv("EPOCHFS_READAHEAD"); env && std::string(env) == "0") {
+    prefetch_options.enabled = false;
+    spdlog::info("readahead off (EPOCHFS_READAHEAD=0)");
+  }
+  prefetch_options.record_path = options.cache_dir / "epochs";
+  prefetch_options.ram_budget = options.ram_budget;
+  prefetch_options.chunk_size = options.chunk_size;
+  auto prefetcher =
+      prefetch::Prefetcher::Create(std::move(prefetch_options), &(*fs)->cache(), ram_policy);
+  (*fs)->SetPrefetcher(prefetcher.get());
+  PlanFile plan_file(source_fs, prefetcher.get());
+  // ---- end prefetcher ----
+
   FuseContext ctx;
   ctx.fs = fs->get();
   ctx.timeouts = options.timeouts;
@@ -221,7 +270,13 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
                                        [&] {
                                          return StatsJson(options, ctx, **fs, watcher.get(),
                                                           started);
-                                       }}},
+                                       }},
+                   // prefetcher (issue #3): the plan file
+                   ControlDir::File{"plan", 4, [&] { return plan_file.Summary(); },
+                                    [&](uint64_t offset, std::string_view data, uid_t uid,
+                                        gid_t gid) {
+                                      return plan_file.Write(offset, data, uid, gid);
+                                    }}},
                      root_stat.st_uid, root_stat.st_gid);
   ctx.control = &control;
 
@@ -342,6 +397,9 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   fuse_session_unmount(session.get());
   fuse_remove_signal_handlers(session.get());
   session.reset();
+  // prefetcher (issue #3): its workers stop before the cache flushes.
+  (*fs)->SetPrefetcher(nullptr);
+  prefetcher.reset();
   Status flushed = (*fs)->cache().Flush();
   if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
   spdlog::info("unmounted {}", options.mountpoint.string());

@@ -67,6 +67,27 @@ Result<struct ::stat> StatFd(int fd) {
   return st;
 }
 
+// Tells the prefetcher about a demand read for as long as it runs.
+class DemandRead {
+ public:
+  DemandRead(prefetch::Prefetcher* prefetcher, const SourceFs& fs, const Inode& inode,
+             uint64_t offset)
+      : prefetcher_(prefetcher) {
+    if (!prefetcher_) return;
+    // The path only matters for a file's first read (offset 0): skip the walk otherwise.
+    prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino},
+                        offset == 0 ? fs.RelativePath(inode) : std::string(), offset);
+  }
+  ~DemandRead() {
+    if (prefetcher_) prefetcher_->DemandDone();
+  }
+  DemandRead(const DemandRead&) = delete;
+  DemandRead& operator=(const DemandRead&) = delete;
+
+ private:
+  prefetch::Prefetcher* prefetcher_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<SourceFs>> SourceFs::Create(UniqueFd root_fd, SourceFsOptions options,
@@ -406,6 +427,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
+  DemandRead demand(prefetcher_.load(std::memory_order_relaxed), *this, *fh.inode(), offset);
   return cache_->Read(cache::SourceFile{fh.fd(), fh.identity()}, offset, size);
 }
 
@@ -458,6 +480,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   if (!inode.ok()) return inode.status();
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
+  DemandRead demand(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
   return cache_->Read(cache::SourceFile{opened->first.get(), opened->second}, offset, size);
 }
 

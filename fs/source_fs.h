@@ -33,6 +33,7 @@
 #include "cache/unique_fd.h"
 #include "fs/change_watcher.h"
 #include "fs/inode_table.h"
+#include "prefetcher/prefetcher.h"
 
 namespace epochfs::fs {
 
@@ -176,6 +177,25 @@ class SourceFs {
   cache::Cache& cache() { return *cache_; }
   size_t inode_count() const { return inodes_.size(); }
 
+  // ---- the prefetcher's and the plan file's view of the source (source_fs_paths.cc) ----
+  // From now on every read is reported to `prefetcher` (nullptr: none), which must
+  // outlive this SourceFs's use of it.
+  void SetPrefetcher(prefetch::Prefetcher* prefetcher) { prefetcher_.store(prefetcher); }
+  const prefetch::Prefetcher* prefetcher() const { return prefetcher_.load(); }
+  // Opens the regular file at `path` (relative to the source root, '/'-separated)
+  // read-only, beneath the root and following no symlink.
+  Result<prefetch::OpenedFile> OpenRelative(const std::string& path) const;
+  // The names of the regular files in directory `dir` ("" = the root), sorted.
+  Result<std::vector<std::string>> ListRelativeDir(const std::string& dir) const;
+  // A plan entry: `path` must name an existing regular file beneath the root that
+  // `caller` may read (mode bits of the file and search bits of its folders, checked
+  // against the caller's uid and primary gid; supplementary groups are not known here,
+  // so a file readable only through one is refused). kInvalidArgument, kNotFound or
+  // kPermission otherwise.
+  Result<prefetch::PlannedFile> ResolvePlanEntry(const std::string& path, Caller caller) const;
+  // The node's path relative to the source root, as last looked up.
+  std::string RelativePath(const Inode& inode) const;
+
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
            std::unique_ptr<cache::Cache> cache);
@@ -201,6 +221,7 @@ class SourceFs {
   std::unique_ptr<cache::Cache> cache_;
   const bool running_as_root_;
   std::atomic<ChangeWatcher*> watcher_{nullptr};
+  std::atomic<prefetch::Prefetcher*> prefetcher_{nullptr};
 };
 
 }  // namespace epochfs::fs

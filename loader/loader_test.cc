@@ -424,6 +424,7 @@ TEST_P(LoaderTest, PublishesThePlanOnAnEpochfsMountAndReadsInThatOrder) {
   std::string expected = "epochfs-plan 1\n";
   for (int64_t i : order)
     expected += s.ds.files[static_cast<size_t>(i)].substr(root.size() + 1) + "\n";
+  expected += "\n";  // the empty line that publishes it
   EXPECT_EQ(plan, expected);
   EXPECT_EQ(ReadAndCheck(*l, s, order), order);  // starts (and publishes) it again
   EXPECT_EQ(ReadFile(root + "/.epochfs/plan"), expected);
@@ -437,7 +438,7 @@ TEST_P(LoaderTest, PublishesThePlanOnAnEpochfsMountAndReadsInThatOrder) {
   ASSERT_TRUE(l2->StartEpoch(SequentialOrder(6)).ok());
   EXPECT_EQ(
       ReadFile(root + "/.epochfs/plan"),
-      "epochfs-plan 1\nclass0/s1000.bin\nclass0/s1001.bin\nclass0/s1002.bin\nclass0/s1003.bin\n");
+      "epochfs-plan 1\nclass0/s1000.bin\nclass0/s1001.bin\nclass0/s1002.bin\nclass0/s1003.bin\n\n");
 
   // publish_plan = false writes nothing.
   testing::WriteFile(root + "/.epochfs/plan", "");

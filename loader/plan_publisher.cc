@@ -92,6 +92,7 @@ std::string PlanPublisher::Format(const std::vector<int64_t>& order) const {
     text += rel;
     text += '\n';
   }
+  text += '\n';  // the empty line ends the plan: epochfs publishes it now (no close needed)
   return text;
 }
 

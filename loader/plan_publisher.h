@@ -3,8 +3,10 @@
 // The contract with the filesystem: `<mount root>/.epochfs/` is a hidden control folder
 // (found by lookup, never listed). Writing UTF-8 text to `<root>/.epochfs/plan` -- first
 // line exactly "epochfs-plan 1", then one path per line, relative to the mount root, in
-// read order (one epoch, or this rank's shard of it) -- publishes a plan, applied when
-// the file is closed. A refused plan makes write() or close() fail (EINVAL); the loader
+// read order (one epoch, or this rank's shard of it), then an empty line -- publishes a
+// plan, applied when the empty line arrives (in epochfs's "notify" mode there is no
+// close the daemon could see). A refused plan makes write() fail (EINVAL, or EACCES for
+// a file the writer may not read); the loader
 // logs that as a warning and reads anyway: publishing is an optimisation.
 //
 // The mount root is found by walking up from the first file's folder and checking each

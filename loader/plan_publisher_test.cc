@@ -53,8 +53,9 @@ TEST(PlanPublisherTest, WritesTheExactBytes) {
             "data/dog/3 space.jpg\n"
             "data/cat/1.jpg\n"
             "data/cat/2.jpg\n"
-            "data/cat/1.jpg\n");
-  EXPECT_EQ(pub->Format({1}), "epochfs-plan 1\ndata/cat/2.jpg\n");
+            "data/cat/1.jpg\n"
+            "\n");
+  EXPECT_EQ(pub->Format({1}), "epochfs-plan 1\ndata/cat/2.jpg\n\n");
 }
 
 TEST(PlanPublisherTest, RelativeAndSymlinkedPathsResolveUnderTheRoot) {
@@ -66,7 +67,7 @@ TEST(PlanPublisherTest, RelativeAndSymlinkedPathsResolveUnderTheRoot) {
   // The folder given goes through a symlink from outside the mount.
   PlanPublisher pub(m.root, {link + "/x.bin", m.root + "/data/../data/x.bin"});
   EXPECT_EQ(pub.unplannable(), 0u);
-  EXPECT_EQ(pub.Format({0, 1}), "epochfs-plan 1\ndata/x.bin\ndata/x.bin\n");
+  EXPECT_EQ(pub.Format({0, 1}), "epochfs-plan 1\ndata/x.bin\ndata/x.bin\n\n");
   EXPECT_EQ(FindEpochfsRoot(link), m.root);
   (void)f;
 }
@@ -79,7 +80,7 @@ TEST(PlanPublisherTest, LeavesOutWhatItCannotName) {
   std::string newline = m.dir.Write("new\nline.bin", "z");
   PlanPublisher pub(m.root, {in, out, newline});
   EXPECT_EQ(pub.unplannable(), 2u);
-  EXPECT_EQ(pub.Format({0, 1, 2, 0}), "epochfs-plan 1\nin.bin\nin.bin\n");
+  EXPECT_EQ(pub.Format({0, 1, 2, 0}), "epochfs-plan 1\nin.bin\nin.bin\n\n");
 }
 
 TEST(PlanPublisherTest, ARefusedPlanIsAStatusNotACrash) {

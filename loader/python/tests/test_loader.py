@@ -279,8 +279,9 @@ class Plan(Folder):
         it = iter(loader)  # the plan is written before the first batch is read
         plan = open(os.path.join(root, ".epochfs", "plan")).read().splitlines()
         self.assertEqual(plan[0], "epochfs-plan 1")
+        self.assertEqual(plan[-1], "")  # the empty line that publishes it
         read = [self.files[i] for i in self.indices(read_all_from(it))]
-        self.assertEqual([os.path.join(root, p) for p in plan[1:]],
+        self.assertEqual([os.path.join(root, p) for p in plan[1:-1]],
                          [os.path.realpath(f) for f in read])
         self.assertEqual(loader.stats()["plans_published"], 1)
 

@@ -1,0 +1,58 @@
+// Classifier: names the access pattern of the current epoch from its accesses so far.
+//
+// An access is "in order" against a reference order when the file that precedes it in
+// that order was accessed among the last `window` accesses (or it is the first of the
+// order). Several DataLoader workers reading interleaved slices of one order keep this
+// true (a file's predecessor was read by the same worker a few accesses earlier), while
+// a random permutation makes it rare (about window/i for the i-th access). References:
+//  - replay: the previous epoch's access order;
+//  - sequential: sorted path order among the files accessed so far in this epoch (so
+//    no listing of the whole data set is needed, and it works in the first epoch).
+// After `min_accesses` accesses, a score of at least `threshold` names the pattern
+// (replay is preferred when both hold); otherwise it is shuffled.
+//
+// Thread-safety: none; the Prefetcher calls it under its own lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "prefetcher/prefetcher.h"
+
+namespace epochfs::prefetch {
+
+struct ClassifierOptions {
+  uint32_t window = 64;
+  uint32_t min_accesses = 128;
+  double threshold = 0.7;
+};
+
+class Classifier {
+ public:
+  explicit Classifier(ClassifierOptions options = {}) : options_(options) {}
+
+  // Starts a new epoch; `previous` is the last epoch's access order (may be empty).
+  void NewEpoch(const std::vector<FileKey>& previous);
+  // Records the next access of this epoch.
+  void Access(const FileKey& file, const std::string& path);
+  Pattern pattern() const;
+  double sequential_score() const;
+  double replay_score() const;
+  uint64_t accesses() const { return count_; }
+
+ private:
+  ClassifierOptions options_;
+  uint64_t count_ = 0;
+  uint64_t scored_ = 0;  // accesses scored (count_ - window at most)
+  uint64_t sequential_hits_ = 0;
+  uint64_t replay_hits_ = 0;
+  std::map<std::string, uint64_t> seen_paths_;  // path -> access index
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> seen_;           // file -> access index
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> previous_rank_;  // file -> previous pos
+  std::vector<FileKey> previous_;
+};
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,119 @@
+// The classifier on synthetic access sequences, including interleaved workers.
+#include "prefetcher/classifier.h"
+
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+namespace epochfs::prefetch {
+namespace {
+
+constexpr uint32_t kFiles = 2000;
+
+std::string PathOf(uint32_t i) { return fmt::format("class{:02}/img{:06}.jpg", i / 100, i); }
+FileKey KeyOf(uint32_t i) { return FileKey{7, 1000 + i}; }
+
+std::vector<uint32_t> Shuffled(uint32_t seed) {
+  std::vector<uint32_t> order(kFiles);
+  std::iota(order.begin(), order.end(), 0u);
+  std::mt19937 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+// What `workers` DataLoader workers produce reading `order`: batches of `batch` go to
+// the workers round-robin, and the workers read their batches at the same pace, so
+// their reads interleave one by one.
+std::vector<uint32_t> Interleaved(const std::vector<uint32_t>& order, int workers, int batch) {
+  std::vector<uint32_t> out;
+  const size_t round = static_cast<size_t>(workers) * batch;
+  for (size_t start = 0; start < order.size(); start += round) {
+    for (int k = 0; k < batch; ++k) {
+      for (int w = 0; w < workers; ++w) {
+        const size_t i = start + static_cast<size_t>(w) * batch + k;
+        if (i < order.size()) out.push_back(order[i]);
+      }
+    }
+  }
+  return out;
+}
+
+// Workers each reading one contiguous slice of the order, in parallel.
+std::vector<uint32_t> Sliced(const std::vector<uint32_t>& order, int workers) {
+  std::vector<uint32_t> out;
+  const size_t slice = (order.size() + workers - 1) / workers;
+  for (size_t k = 0; k < slice; ++k) {
+    for (int w = 0; w < workers; ++w) {
+      const size_t i = static_cast<size_t>(w) * slice + k;
+      if (i < order.size()) out.push_back(order[i]);
+    }
+  }
+  return out;
+}
+
+Pattern Classify(Classifier& c, const std::vector<uint32_t>& seq) {
+  for (uint32_t i : seq) c.Access(KeyOf(i), PathOf(i));
+  return c.pattern();
+}
+
+std::vector<uint32_t> Sorted() {
+  std::vector<uint32_t> order(kFiles);
+  std::iota(order.begin(), order.end(), 0u);
+  return order;
+}
+
+TEST(Classifier, SequentialScanIsSequential) {
+  Classifier c;
+  c.NewEpoch({});
+  EXPECT_EQ(Classify(c, Sorted()), Pattern::kSequential);
+  EXPECT_GT(c.sequential_score(), 0.99);
+}
+
+TEST(Classifier, FourInterleavedWorkersOnASortedOrderAreSequential) {
+  Classifier c;
+  c.NewEpoch({});
+  EXPECT_EQ(Classify(c, Interleaved(Sorted(), 4, 8)), Pattern::kSequential)
+      << c.sequential_score();
+  Classifier d;
+  d.NewEpoch({});
+  EXPECT_EQ(Classify(d, Sliced(Sorted(), 4)), Pattern::kSequential) << d.sequential_score();
+}
+
+TEST(Classifier, RandomPermutationIsShuffled) {
+  Classifier c;
+  c.NewEpoch({});
+  EXPECT_EQ(Classify(c, Shuffled(1)), Pattern::kShuffled);
+  EXPECT_LT(c.sequential_score(), 0.3);
+  // Also against a previous epoch's different permutation.
+  std::vector<FileKey> previous;
+  for (uint32_t i : Shuffled(2)) previous.push_back(KeyOf(i));
+  c.NewEpoch(previous);
+  EXPECT_EQ(Classify(c, Interleaved(Shuffled(3), 4, 8)), Pattern::kShuffled);
+  EXPECT_LT(c.replay_score(), 0.3);
+}
+
+TEST(Classifier, SameOrderAsLastEpochIsReplayEvenWithFourWorkers) {
+  const auto order = Shuffled(9);
+  std::vector<FileKey> previous;
+  for (uint32_t i : order) previous.push_back(KeyOf(i));
+  Classifier c;
+  c.NewEpoch(previous);
+  EXPECT_EQ(Classify(c, Interleaved(order, 4, 8)), Pattern::kReplay) << c.replay_score();
+  Classifier d;
+  d.NewEpoch(previous);
+  EXPECT_EQ(Classify(d, Sliced(order, 4)), Pattern::kReplay) << d.replay_score();
+}
+
+TEST(Classifier, TooFewAccessesIsUnknown) {
+  Classifier c;
+  c.NewEpoch({});
+  std::vector<uint32_t> few = Sorted();
+  few.resize(50);
+  EXPECT_EQ(Classify(c, few), Pattern::kUnknown);
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch

@@ -1,0 +1,119 @@
+#include "prefetcher/epoch_policy.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace epochfs::prefetch {
+
+uint64_t EpochPolicy::RankLocked(const FileKey& file) const {
+  if (auto it = read_.find(file); it != read_.end()) {
+    return std::numeric_limits<uint64_t>::max() - it->second;  // oldest read is highest
+  }
+  if (auto it = plan_pos_.find(file); it != plan_pos_.end()) return it->second;
+  return kUnplanned;
+}
+
+void EpochPolicy::RerankFileLocked(const FileKey& file) {
+  const uint64_t rank = RankLocked(file);
+  auto it = cached_.lower_bound(cache::ChunkKey{file.dev, file.ino, 0});
+  for (; it != cached_.end() && it->first.dev == file.dev && it->first.ino == file.ino; ++it) {
+    if (it->second.rank == rank) continue;
+    by_rank_.erase({it->second.rank, it->first});
+    it->second.rank = rank;
+    by_rank_.insert({rank, it->first});
+  }
+}
+
+void EpochPolicy::RerankLocked() {
+  by_rank_.clear();
+  for (auto& [key, cached] : cached_) {
+    cached.rank = RankLocked(FileKey{key.dev, key.ino});
+    by_rank_.insert({cached.rank, key});
+  }
+}
+
+void EpochPolicy::MarkRead(const FileKey& file) {
+  std::lock_guard lock(mu_);
+  if (read_.count(file) != 0) return;
+  read_.emplace(file, read_seq_++);
+  RerankFileLocked(file);
+}
+
+void EpochPolicy::NewEpoch() {
+  std::lock_guard lock(mu_);
+  read_.clear();
+  read_seq_ = 0;
+  RerankLocked();
+}
+
+void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
+  std::lock_guard lock(mu_);
+  plan_pos_.clear();
+  plan_pos_.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) plan_pos_.emplace(order[i], i);  // first use wins
+  RerankLocked();
+}
+
+bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) const {
+  std::lock_guard lock(mu_);
+  if (bytes_ + bytes <= budget_) return true;
+  if (read_.count(file) != 0 || by_rank_.empty()) return false;
+  return RankLocked(file) < by_rank_.rbegin()->first;
+}
+
+uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) const {
+  std::lock_guard lock(mu_);
+  uint32_t n = 0;
+  if (bytes_ < budget_) {
+    const uint64_t average = cached_.empty() ? 1 : std::max<uint64_t>(1, bytes_ / cached_.size());
+    n = static_cast<uint32_t>(std::min<uint64_t>(limit, (budget_ - bytes_) / average));
+  }
+  if (read_.count(file) != 0) return n;  // a read file never evicts
+  const uint64_t rank = RankLocked(file);
+  for (auto it = by_rank_.rbegin(); it != by_rank_.rend() && n < limit && it->first > rank; ++it) {
+    ++n;
+  }
+  return n;
+}
+
+bool EpochPolicy::WasRead(const FileKey& file) const {
+  std::lock_guard lock(mu_);
+  return read_.count(file) != 0;
+}
+
+void EpochPolicy::OnInsert(const cache::ChunkKey& key, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  if (auto it = cached_.find(key); it != cached_.end()) {
+    by_rank_.erase({it->second.rank, key});
+    bytes_ -= it->second.bytes;
+    cached_.erase(it);
+  }
+  const uint64_t rank = RankLocked(FileKey{key.dev, key.ino});
+  cached_.emplace(key, Cached{rank, bytes});
+  by_rank_.insert({rank, key});
+  bytes_ += bytes;
+}
+
+void EpochPolicy::OnErase(const cache::ChunkKey& key) {
+  std::lock_guard lock(mu_);
+  auto it = cached_.find(key);
+  if (it == cached_.end()) return;
+  by_rank_.erase({it->second.rank, key});
+  bytes_ -= it->second.bytes;
+  cached_.erase(it);
+}
+
+std::optional<cache::ChunkKey> EpochPolicy::Victim() {
+  std::lock_guard lock(mu_);
+  if (by_rank_.empty()) return std::nullopt;
+  return by_rank_.rbegin()->second;
+}
+
+bool EpochPolicy::AdmitWhenFull(const cache::ChunkKey& key, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  const FileKey file{key.dev, key.ino};
+  if (read_.count(file) != 0 || by_rank_.empty()) return false;
+  return RankLocked(file) < by_rank_.rbegin()->first;
+}
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,85 @@
+// EpochPolicy: the epoch-aware eviction policy of the RAM tier (cache/eviction.h).
+//
+// Every cached chunk has a rank; the highest rank is evicted first:
+//  - a chunk of a file already read this epoch: the kernel page cache holds it now and
+//    this epoch will not read it again, so it goes first (oldest read first, so a
+//    large file being read right now keeps its other chunks);
+//  - a chunk of an unread file with no plan position: next;
+//  - a chunk of an unread file in the published plan: its plan position (Belady: the
+//    file needed furthest in the future goes first).
+// A chunk may evict others only if it ranks strictly lower than the worst cached one,
+// and a chunk of a file already read this epoch never evicts anything (it would only
+// be useful next epoch, and taking room for it is exactly LRU's thrash). Without
+// prefetching this behaves as a static set (hit ratio c under reshuffling); with the
+// prefetcher refilling freed room with unread files it is the remaining-set policy
+// (c + c ln(1/c)); with a plan, Belady.
+//
+// Thread-safety: thread-safe. The RAM tier calls the EvictionPolicy methods under its
+// own lock; the prefetcher calls MarkRead/NewEpoch/SetPlan/WouldAdmit from other
+// threads. Lock order: RAM tier lock, then mu_. This class never calls the tier.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "cache/eviction.h"
+#include "prefetcher/prefetcher.h"
+
+namespace epochfs::prefetch {
+
+class EpochPolicy final : public cache::EvictionPolicy {
+ public:
+  // `budget_bytes` is the RAM tier's budget (for WouldAdmit).
+  explicit EpochPolicy(uint64_t budget_bytes) : budget_(budget_bytes) {}
+
+  // The file was read (on demand) in the current epoch.
+  void MarkRead(const FileKey& file);
+  // A new epoch starts: every file is unread again.
+  void NewEpoch();
+  // The upcoming order (positions are indices into `order`); an empty order clears it.
+  void SetPlan(const std::vector<FileKey>& order);
+  // Whether `bytes` more of `file` would get into the tier now (room, or a worse entry
+  // to evict). Approximate: the tier may change before the prefetch lands.
+  bool WouldAdmit(const FileKey& file, uint64_t bytes) const;
+  bool WasRead(const FileKey& file) const;
+  // How many entries one file of `file`'s rank could take the place of now, counting
+  // at most `limit`: free room (in average entries) plus cached entries ranked worse.
+  // The prefetcher keeps fewer prefetches in flight than this, so that none of them
+  // is fetched only to be refused by the tier.
+  uint32_t Displaceable(const FileKey& file, uint32_t limit) const;
+
+  // cache::EvictionPolicy
+  void OnInsert(const cache::ChunkKey& key, uint64_t bytes) override;
+  void OnAccess(const cache::ChunkKey& key) override {}
+  void OnErase(const cache::ChunkKey& key) override;
+  std::optional<cache::ChunkKey> Victim() override;
+  bool AdmitWhenFull(const cache::ChunkKey& key, uint64_t bytes) override;
+
+ private:
+  static constexpr uint64_t kUnplanned = uint64_t{1} << 62;
+  uint64_t RankLocked(const FileKey& file) const;
+  void RerankLocked();
+  void RerankFileLocked(const FileKey& file);
+
+  const uint64_t budget_;
+  mutable std::mutex mu_;
+  uint64_t bytes_ = 0;                                       // GUARDED_BY(mu_)
+  uint64_t read_seq_ = 0;                                    // GUARDED_BY(mu_)
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> read_;  // file -> read seq; GUARDED_BY(mu_)
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_;  // GUARDED_BY(mu_)
+  struct Cached {
+    uint64_t rank;
+    uint64_t bytes;
+  };
+  std::map<cache::ChunkKey, Cached> cached_;                  // GUARDED_BY(mu_)
+  std::set<std::pair<uint64_t, cache::ChunkKey>> by_rank_;   // GUARDED_BY(mu_)
+};
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,402 @@
+// The Prefetcher (see prefetcher.h for the algorithm).
+#include "prefetcher/prefetcher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "prefetcher/classifier.h"
+#include "prefetcher/epoch_record.h"
+#include "prefetcher/epoch_policy.h"
+
+namespace epochfs::prefetch {
+namespace {
+
+// An access to a file already accessed starts a new epoch once this much of the
+// previous epoch has been covered (less would be a re-read inside one epoch).
+constexpr double kEpochCoverage = 0.9;
+// In the first epoch there is no previous one: a repeat after this many accesses.
+constexpr size_t kFirstEpochMinAccesses = 16;
+// How long a worker lets demand reads go first before it issues its prefetch anyway.
+constexpr auto kDemandGrace = std::chrono::microseconds(500);
+constexpr auto kIdleWait = std::chrono::milliseconds(20);
+
+struct Candidate {
+  std::string path;
+  std::optional<FileKey> key;
+};
+
+class PrefetcherImpl final : public Prefetcher {
+ public:
+  PrefetcherImpl(PrefetcherOptions options, cache::Cache* cache,
+                 std::shared_ptr<EpochPolicy> policy)
+      : options_(std::move(options)), cache_(cache), policy_(std::move(policy)) {
+    if (!options_.record_path.empty()) LoadRecord();
+    if (options_.enabled && options_.open) {
+      for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
+    }
+  }
+
+  ~PrefetcherImpl() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+    // At unmount: keep the files seen so far too (the last complete epoch's order stays
+    // the recorded one), so the next mount can prefetch unread files from the start.
+    std::lock_guard lock(mu_);
+    if (!options_.record_path.empty() && catalog_.size() >= kFirstEpochMinAccesses) {
+      SaveRecordLocked();
+    }
+  }
+
+  void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
+  void DemandDone() override { demand_inflight_.fetch_sub(1, std::memory_order_relaxed); }
+  void Publish(std::vector<PlannedFile> plan) override;
+  PrefetcherStats Stats() const override;
+
+ private:
+  Pattern PatternLocked() const {
+    return plan_.empty() ? classifier_.pattern() : Pattern::kPublished;
+  }
+  void NewEpochLocked();
+  uint32_t CatalogIndexLocked(const FileKey& file, const std::string& path);
+  std::optional<Candidate> NextLocked();
+  std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
+                                             size_t cursor);
+  std::optional<Candidate> NextSequentialLocked();
+  bool HandledLocked(const FileKey& key) const {
+    return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
+  }
+  // Whether the policy would refuse `key` once the prefetches in flight have landed
+  // (each takes one place): fetching it now would only waste source IO.
+  bool RefusedLocked(const FileKey& key, uint64_t /*bytes*/) {
+    if (!policy_ || policy_->Displaceable(key, inflight_ + 1) > inflight_) return false;
+    ++prefetch_refused_;
+    return true;
+  }
+  void Work();
+  void Fetch(const Candidate& candidate);
+  void LoadRecord();
+  void SaveRecordLocked();
+
+  const PrefetcherOptions options_;
+  cache::Cache* const cache_;
+  const std::shared_ptr<EpochPolicy> policy_;  // may be null (no feedback to the tier)
+  std::atomic<int64_t> demand_inflight_{0};
+
+  mutable std::mutex mu_;  // lock order: mu_, then the policy's lock
+  std::condition_variable cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  Classifier classifier_;
+  uint64_t epoch_ = 0;
+  // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
+  // order). Orders refer to it by index.
+  std::vector<std::pair<FileKey, std::string>> catalog_;
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> catalog_index_;
+  std::vector<uint32_t> order_, previous_order_;  // this and the last epoch's accesses
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_;
+  std::unordered_set<FileKey, FileKeyHash> accessed_;     // this epoch
+  std::unordered_set<FileKey, FileKeyHash> prefetched_;   // issued this epoch
+  std::unordered_set<std::string> prefetched_paths_;      // issued this epoch (sequential)
+  std::unordered_set<FileKey, FileKeyHash> landed_;       // prefetched, in RAM, not yet read
+  std::vector<PlannedFile> plan_;
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> plan_index_;
+  std::vector<uint32_t> plan_order_;  // plan as catalog indices
+  size_t plan_next_ = 0, plan_cursor_ = 0;
+  size_t replay_next_ = 0, replay_cursor_ = 0;
+  size_t shuffled_next_ = 0;
+  std::string last_path_;
+  std::string listed_dir_;
+  std::vector<std::string> listed_names_;  // of listed_dir_, sorted
+  uint32_t inflight_ = 0;  // candidates handed to workers and not finished
+  bool save_failed_ = false;  // warned once
+  uint64_t prefetched_count_ = 0, prefetch_hits_ = 0, prefetch_refused_ = 0;
+  uint64_t prefetch_errors_ = 0, plans_published_ = 0;
+
+  std::vector<std::thread> workers_;
+};
+
+uint32_t PrefetcherImpl::CatalogIndexLocked(const FileKey& file, const std::string& path) {
+  auto [it, fresh] = catalog_index_.emplace(file, static_cast<uint32_t>(catalog_.size()));
+  if (fresh) {
+    catalog_.emplace_back(file, path);
+  } else if (!path.empty() && catalog_[it->second].second != path) {
+    catalog_[it->second].second = path;  // renamed, or first seen without a path
+  }
+  return it->second;
+}
+
+void PrefetcherImpl::LoadRecord() {
+  auto record = LoadEpochRecord(options_.record_path);
+  if (!record.ok()) {
+    if (record.status().code() != Code::kNotFound) {
+      spdlog::warn("prefetch: ignoring {}", record.status().ToString());
+    }
+    return;
+  }
+  std::lock_guard lock(mu_);
+  for (auto& [key, path] : record->files) CatalogIndexLocked(key, path);
+  order_.clear();
+  for (uint32_t i : record->order) {
+    order_.push_back(CatalogIndexLocked(record->files[i].first, record->files[i].second));
+  }
+  NewEpochLocked();  // the recorded order becomes the previous epoch
+  epoch_ = 0;
+  spdlog::info("prefetch: {} files and an epoch of {} remembered from {}", catalog_.size(),
+               previous_order_.size(), options_.record_path.string());
+}
+
+void PrefetcherImpl::SaveRecordLocked() {
+  // Rewritten whole once per epoch: O(files), a few ms for 100k files.
+  EpochRecord record;
+  record.files = catalog_;
+  record.order = previous_order_;
+  Status st = SaveEpochRecord(options_.record_path, record);
+  if (!st.ok() && !save_failed_) {
+    spdlog::warn("prefetch: cannot record the epoch order ({}); a restart forgets it",
+                 st.ToString());
+    save_failed_ = true;
+  }
+}
+
+void PrefetcherImpl::NewEpochLocked() {
+  previous_order_ = std::move(order_);
+  if (!options_.record_path.empty() && previous_order_.size() >= kFirstEpochMinAccesses) {
+    SaveRecordLocked();
+  }
+  order_.clear();
+  previous_rank_.clear();
+  std::vector<FileKey> previous;
+  previous.reserve(previous_order_.size());
+  for (size_t i = 0; i < previous_order_.size(); ++i) {
+    previous.push_back(catalog_[previous_order_[i]].first);
+    previous_rank_.emplace(previous.back(), static_cast<uint32_t>(i));
+  }
+  classifier_.NewEpoch(previous);
+  accessed_.clear();
+  prefetched_.clear();
+  prefetched_paths_.clear();
+  landed_.clear();
+  plan_.clear();
+  plan_index_.clear();
+  plan_order_.clear();
+  plan_next_ = plan_cursor_ = replay_next_ = replay_cursor_ = shuffled_next_ = 0;
+  if (policy_) {
+    policy_->SetPlan({});
+    policy_->NewEpoch();
+  }
+  ++epoch_;
+}
+
+void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {
+  demand_inflight_.fetch_add(1, std::memory_order_relaxed);
+  if (offset != 0) return;
+  {
+    std::lock_guard lock(mu_);
+    if (accessed_.count(file) != 0) {
+      const size_t need = previous_order_.empty()
+                              ? kFirstEpochMinAccesses
+                              : static_cast<size_t>(kEpochCoverage * previous_order_.size());
+      if (accessed_.size() < std::max<size_t>(need, 1)) return;  // a re-read in this epoch
+      spdlog::debug("prefetch: epoch {} ends after {} files ({})", epoch_, accessed_.size(),
+                    PatternName(PatternLocked()));
+      NewEpochLocked();
+    }
+    accessed_.insert(file);
+    const uint32_t index = CatalogIndexLocked(file, path);
+    order_.push_back(index);
+    classifier_.Access(file, catalog_[index].second);
+    if (policy_) policy_->MarkRead(file);
+    if (auto it = plan_index_.find(file); it != plan_index_.end()) {
+      plan_cursor_ = std::max<size_t>(plan_cursor_, it->second);
+    }
+    if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
+      replay_cursor_ = std::max<size_t>(replay_cursor_, it->second);
+    }
+    if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
+    if (landed_.erase(file) != 0) ++prefetch_hits_;
+  }
+  cv_.notify_all();
+}
+
+void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
+  {
+    std::lock_guard lock(mu_);
+    NewEpochLocked();
+    plan_ = std::move(plan);
+    std::vector<FileKey> keys;
+    keys.reserve(plan_.size());
+    plan_order_.reserve(plan_.size());
+    for (size_t i = 0; i < plan_.size(); ++i) {
+      keys.push_back(plan_[i].key);
+      plan_index_.emplace(plan_[i].key, static_cast<uint32_t>(i));
+      plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path));
+    }
+    if (policy_) policy_->SetPlan(keys);
+    ++plans_published_;
+    spdlog::info("prefetch: plan of {} files published (epoch {})", plan_.size(), epoch_);
+  }
+  cv_.notify_all();
+}
+
+std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uint32_t>& order,
+                                                           size_t* next, size_t cursor) {
+  // Everything before *next is handled; look no further than `lookahead` past the reader.
+  while (*next < order.size() && HandledLocked(catalog_[order[*next]].first)) ++*next;
+  const size_t end = std::min(order.size(), cursor + 1 + options_.lookahead);
+  for (size_t i = *next; i < end; ++i) {
+    const auto& [key, path] = catalog_[order[i]];
+    if (HandledLocked(key) || path.empty()) continue;
+    const uint64_t size = i < plan_.size() && &order == &plan_order_ ? plan_[i].size : 0;
+    if (RefusedLocked(key, size)) return std::nullopt;  // all later ones rank worse
+    prefetched_.insert(key);
+    return Candidate{path, key};
+  }
+  return std::nullopt;
+}
+
+std::optional<Candidate> PrefetcherImpl::NextSequentialLocked() {
+  if (last_path_.empty() || !options_.list_dir) return std::nullopt;
+  const size_t slash = last_path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : last_path_.substr(0, slash);
+  const std::string name = slash == std::string::npos ? last_path_ : last_path_.substr(slash + 1);
+  if (dir != listed_dir_ || listed_names_.empty()) {
+    auto names = options_.list_dir(dir);  // a readdir of the source; rare (per directory)
+    if (!names.ok()) return std::nullopt;
+    listed_dir_ = dir;
+    listed_names_ = std::move(*names);
+  }
+  auto it = std::upper_bound(listed_names_.begin(), listed_names_.end(), name);
+  for (uint32_t n = 0; it != listed_names_.end() && n < options_.lookahead; ++it, ++n) {
+    std::string path = dir.empty() ? *it : dir + "/" + *it;
+    if (prefetched_paths_.count(path) != 0) continue;
+    prefetched_paths_.insert(path);
+    return Candidate{std::move(path), std::nullopt};
+  }
+  return std::nullopt;
+}
+
+std::optional<Candidate> PrefetcherImpl::NextLocked() {
+  switch (PatternLocked()) {
+    case Pattern::kPublished:
+      return NextInOrderLocked(plan_order_, &plan_next_, plan_cursor_);
+    case Pattern::kReplay:
+      return NextInOrderLocked(previous_order_, &replay_next_, replay_cursor_);
+    case Pattern::kSequential:
+      return NextSequentialLocked();
+    case Pattern::kShuffled: {
+      // The remaining set: files not read this epoch, in first-seen (pack) order, as
+      // long as the policy has room or something already read to evict.
+      while (shuffled_next_ < catalog_.size()) {
+        const auto& [key, path] = catalog_[shuffled_next_];
+        if (HandledLocked(key) || path.empty()) {
+          ++shuffled_next_;
+          continue;
+        }
+        if (RefusedLocked(key, 0)) return std::nullopt;
+        ++shuffled_next_;
+        prefetched_.insert(key);
+        return Candidate{path, key};
+      }
+      return std::nullopt;
+    }
+    case Pattern::kUnknown:
+      break;
+  }
+  return std::nullopt;
+}
+
+void PrefetcherImpl::Work() {
+  while (true) {
+    Candidate candidate;
+    {
+      std::unique_lock lock(mu_);
+      while (true) {
+        if (stop_) return;
+        if (auto next = NextLocked()) {
+          candidate = std::move(*next);
+          ++inflight_;
+          break;
+        }
+        cv_.wait_for(lock, kIdleWait);
+      }
+    }
+    Fetch(candidate);
+    std::lock_guard lock(mu_);
+    --inflight_;
+  }
+}
+
+void PrefetcherImpl::Fetch(const Candidate& candidate) {
+  // Demand first: give reads in flight a moment before adding source IO.
+  const auto deadline = std::chrono::steady_clock::now() + kDemandGrace;
+  while (demand_inflight_.load(std::memory_order_relaxed) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  auto opened = options_.open(candidate.path);
+  if (!opened.ok()) {
+    std::lock_guard lock(mu_);
+    ++prefetch_errors_;
+    spdlog::debug("prefetch {}: {}", candidate.path, opened.status().ToString());
+    return;
+  }
+  const FileKey key{opened->id.dev, opened->id.ino};
+  {
+    std::lock_guard lock(mu_);
+    if (accessed_.count(key) != 0) return;  // the reader got there first
+    if (!candidate.key) prefetched_.insert(key);
+  }
+  auto in_ram = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
+  std::lock_guard lock(mu_);
+  if (!in_ram.ok()) {
+    ++prefetch_errors_;
+    return;
+  }
+  if (*in_ram > 0 && accessed_.count(key) == 0) {
+    ++prefetched_count_;
+    landed_.insert(key);
+  }
+}
+
+PrefetcherStats PrefetcherImpl::Stats() const {
+  std::lock_guard lock(mu_);
+  PrefetcherStats s;
+  s.pattern = PatternLocked();
+  s.epoch = epoch_;
+  s.epoch_accesses = accessed_.size();
+  s.prefetched = prefetched_count_;
+  s.prefetch_hits = prefetch_hits_;
+  s.prefetch_refused = prefetch_refused_;
+  s.prefetch_errors = prefetch_errors_;
+  s.plans_published = plans_published_;
+  s.plan_entries = plan_.size();
+  s.plan_position = plan_cursor_;
+  return s;
+}
+
+}  // namespace
+
+std::shared_ptr<cache::EvictionPolicy> Prefetcher::NewPolicy(uint64_t ram_budget) {
+  return std::make_shared<EpochPolicy>(ram_budget);
+}
+
+std::unique_ptr<Prefetcher> Prefetcher::Create(PrefetcherOptions options, cache::Cache* cache,
+                                               std::shared_ptr<cache::EvictionPolicy> policy) {
+  return std::make_unique<PrefetcherImpl>(std::move(options), cache,
+                                          std::dynamic_pointer_cast<EpochPolicy>(policy));
+}
+
+}  // namespace epochfs::prefetch

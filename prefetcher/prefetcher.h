@@ -1,0 +1,135 @@
+// The prefetcher: knows where a training epoch is, predicts what it reads next, reads
+// that ahead into the cache, and ranks the RAM tier's entries so that a data set larger
+// than the cache does not thrash it.
+//
+// The algorithm. fs/ reports every demand read that reaches the daemon (OnRead: the
+// file, its path relative to the mount, the offset). The first read of a file at
+// offset 0 is an *access*; an access to a file already accessed in this epoch, once
+// the epoch has covered most of the previous one (or any repeat in the first epoch),
+// starts a new epoch; so does a published plan. The Classifier looks at the accesses
+// of the epoch so far and names the pattern: sequential (sorted path order), replay
+// (the previous epoch's order), shuffled, or published (a plan was written to
+// `.epochfs/plan`). It tolerates DataLoader workers reading interleaved slices of one
+// order: an access counts as "in order" when its predecessor in the reference order was
+// among the last few dozen accesses. Readahead workers then pick files:
+//  - published: the plan's next files after the furthest one read;
+//  - replay: the previous epoch's next files; sequential: the next names in the same
+//    directory (sorted);
+//  - shuffled: files not yet read this epoch, in the order they were first seen (the
+//    order the SSD tier wrote them in, so SSD reads are sequential).
+// and call Cache::Prefetch on each, a bounded number at a time (`threads` workers, each
+// one file in flight, on the cache's io_uring path). Demand reads go first: a worker
+// waits while demand reads are in flight. The RAM tier's EpochPolicy (see
+// epoch_policy.h) evicts files already read this epoch first and, with a plan, the one
+// needed furthest in the future; a prefetch that the policy would refuse is not issued,
+// so readahead never evicts something more useful than what it brings.
+//
+// Thread-safety: all methods are thread-safe. The prefetcher owns its worker threads;
+// the destructor stops and joins them. Callbacks in PrefetcherOptions are called from
+// worker threads and from OnRead/Publish callers, concurrently.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/cache.h"
+#include "cache/eviction.h"
+#include "cache/status.h"
+#include "cache/unique_fd.h"
+
+namespace epochfs::prefetch {
+
+using Status = ::epochfs::Status;
+template <typename T>
+using Result = ::epochfs::Result<T>;
+
+// A source file: (dev, ino).
+struct FileKey {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  bool operator==(const FileKey&) const = default;
+};
+struct FileKeyHash {
+  size_t operator()(const FileKey& k) const noexcept {
+    uint64_t h = k.dev * 0x9e3779b97f4a7c15ull ^ k.ino;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    return static_cast<size_t>(h ^ (h >> 31));
+  }
+};
+
+enum class Pattern : uint8_t { kUnknown, kSequential, kReplay, kShuffled, kPublished };
+const char* PatternName(Pattern pattern);
+
+// One entry of a published plan, validated by the caller (fs/): the file exists
+// beneath the source root, is a regular file, and the publisher may read it.
+struct PlannedFile {
+  std::string path;  // relative to the mount root
+  FileKey key;
+  uint64_t size = 0;
+};
+
+// An open source file, for prefetching.
+struct OpenedFile {
+  UniqueFd fd;
+  cache::SourceIdentity id;
+};
+
+struct PrefetcherOptions {
+  // Opens a file by its path relative to the mount root (beneath the source root, no
+  // symlinks). Required.
+  std::function<Result<OpenedFile>(const std::string& relative_path)> open;
+  // Lists the regular files of a directory (relative path, "" for the root), sorted by
+  // name; for sequential readahead. Optional.
+  std::function<Result<std::vector<std::string>>(const std::string& relative_dir)> list_dir;
+  uint32_t threads = 4;         // readahead workers = files in flight at most
+  uint32_t lookahead = 256;     // how far ahead of the reader (files) readahead may go
+  uint64_t ram_budget = 1ull << 30;  // the RAM tier's budget (the policy's WouldAdmit)
+  uint32_t chunk_size = 1u << 20;    // the cache's chunk size
+  bool enabled = true;          // false: track and rank only, never read ahead
+  // Where the file list and the last epoch's order are kept across restarts (rewritten
+  // at each epoch boundary, loaded at Create); empty: nothing is kept.
+  std::filesystem::path record_path;
+};
+
+struct PrefetcherStats {
+  Pattern pattern = Pattern::kUnknown;
+  uint64_t epoch = 0;             // epochs started since mount (0 = the first)
+  uint64_t epoch_accesses = 0;    // files accessed in the current epoch
+  uint64_t prefetched = 0;        // files prefetched with at least one chunk now in RAM
+  uint64_t prefetch_hits = 0;     // accesses to files that readahead had brought in
+  uint64_t prefetch_refused = 0;  // candidates skipped: the RAM policy would refuse them
+  uint64_t prefetch_errors = 0;   // candidates that could not be opened or read
+  uint64_t plans_published = 0;
+  uint64_t plan_entries = 0;      // entries of the current plan
+  uint64_t plan_position = 0;     // furthest plan entry read so far
+};
+
+class Prefetcher {
+ public:
+  // `cache` must outlive the prefetcher. The policy returned by policy() must be
+  // plugged into the cache's CacheOptions::ram_policy_override (see NewPolicy).
+  static std::unique_ptr<Prefetcher> Create(PrefetcherOptions options, cache::Cache* cache,
+                                            std::shared_ptr<cache::EvictionPolicy> policy);
+
+  // The epoch-aware RAM policy to give the cache before it is opened.
+  static std::shared_ptr<cache::EvictionPolicy> NewPolicy(uint64_t ram_budget);
+
+  virtual ~Prefetcher() = default;
+
+  // A demand read reached the daemon. `path` is the file's path relative to the mount
+  // (may be empty when unknown; only needed for offset-0 reads). Call before the cache
+  // read; DemandDone() after it.
+  virtual void OnRead(const FileKey& file, const std::string& path, uint64_t offset) = 0;
+  virtual void DemandDone() = 0;
+
+  // Replaces the plan and starts a new epoch with it (an empty plan drops it).
+  virtual void Publish(std::vector<PlannedFile> plan) = 0;
+
+  virtual PrefetcherStats Stats() const = 0;
+};
+
+}  // namespace epochfs::prefetch

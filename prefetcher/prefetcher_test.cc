@@ -1,0 +1,139 @@
+// The Prefetcher's epoch tracking and pattern, with readahead off (no cache IO).
+#include "prefetcher/prefetcher.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+
+namespace epochfs::prefetch {
+namespace {
+
+std::unique_ptr<Prefetcher> Tracker() {
+  PrefetcherOptions o;
+  o.enabled = false;  // no workers: Cache is never called
+  return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
+}
+
+void Access(Prefetcher& p, uint32_t i) {
+  char path[32];
+  std::snprintf(path, sizeof(path), "d/%06u.jpg", i);
+  p.OnRead(FileKey{1, 100 + i}, path, 0);
+  p.DemandDone();
+}
+
+TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
+  auto p = Tracker();
+  const uint32_t n = 1000;
+  for (uint32_t i = 0; i < n; ++i) Access(*p, i);
+  EXPECT_EQ(p->Stats().epoch, 0u);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kSequential);
+  // Later reads of a file (offset > 0) are not accesses and do not end the epoch.
+  p->OnRead(FileKey{1, 100}, "", 4096);
+  p->DemandDone();
+  EXPECT_EQ(p->Stats().epoch, 0u);
+
+  // A shuffled epoch: the first repeat starts epoch 1.
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  for (uint32_t i : order) Access(*p, i);
+  EXPECT_EQ(p->Stats().epoch, 1u);
+  EXPECT_EQ(p->Stats().epoch_accesses, n);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
+
+  // The same order again: replay. A re-read inside the epoch (well before it covered
+  // the last one) is not a boundary.
+  for (uint32_t k = 0; k < n; ++k) {
+    Access(*p, order[k]);
+    if (k == 100) Access(*p, order[0]);
+  }
+  EXPECT_EQ(p->Stats().epoch, 2u);
+  EXPECT_EQ(p->Stats().epoch_accesses, n);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
+}
+
+TEST(Prefetcher, PublishedPlanStartsAnEpochAndTracksPosition) {
+  auto p = Tracker();
+  std::vector<PlannedFile> plan;
+  for (uint32_t i = 0; i < 10; ++i) {
+    plan.push_back(PlannedFile{"d/" + std::to_string(i), FileKey{1, 100 + i}, 10});
+  }
+  p->Publish(plan);
+  auto s = p->Stats();
+  EXPECT_EQ(s.pattern, Pattern::kPublished);
+  EXPECT_EQ(s.plan_entries, 10u);
+  EXPECT_EQ(s.plans_published, 1u);
+  EXPECT_EQ(s.epoch, 1u);
+  Access(*p, 3);
+  Access(*p, 1);
+  EXPECT_EQ(p->Stats().plan_position, 3u);
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "prefetcher/epoch_record.h"
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST(EpochRecord, RoundTripsAndRefusesGarbage) {
+  char tmpl[] = "/tmp/epochfs-record-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path dir = tmpl;
+  EpochRecord r;
+  r.files = {{FileKey{1, 2}, "a/b c.jpg"}, {FileKey{1, 3}, "bad\nname"}, {FileKey{1, 4}, "d"}};
+  r.order = {2, 1, 0};
+  ASSERT_TRUE(SaveEpochRecord(dir / "epochs", r).ok());
+  auto back = LoadEpochRecord(dir / "epochs");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->files.size(), 2u);  // the name with a newline is left out
+  EXPECT_EQ(back->files[0].second, "a/b c.jpg");
+  EXPECT_EQ(back->files[1].first, (FileKey{1, 4}));
+  EXPECT_EQ(back->order, (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(LoadEpochRecord(dir / "none").status().code(), Code::kNotFound);
+  {
+    std::FILE* f = std::fopen((dir / "junk").c_str(), "w");
+    std::fputs("epochfs-epochs 1\nfiles 5\n1 2 x\n", f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(LoadEpochRecord(dir / "junk").status().code(), Code::kCorruption);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Prefetcher, ARestartedDaemonRecognisesAReplayInItsFirstEpoch) {
+  char tmpl[] = "/tmp/epochfs-record-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path dir = tmpl;
+  const uint32_t n = 500;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(4));
+  auto make = [&] {
+    PrefetcherOptions o;
+    o.enabled = false;
+    o.record_path = dir / "epochs";
+    return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
+  };
+  {
+    auto p = make();
+    for (uint32_t i : order) Access(*p, i);
+    Access(*p, order[0]);  // epoch 1 begins: epoch 0's order is recorded
+    EXPECT_EQ(p->Stats().epoch, 1u);
+  }
+  auto p = make();
+  for (uint32_t i : order) Access(*p, i);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
+  EXPECT_EQ(p->Stats().epoch, 0u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch

@@ -1,0 +1,274 @@
+// Black-box tests of the prefetcher: a published plan is followed, a bad plan is
+// refused and changes nothing, a plan is checked against the writer's permissions, and
+// readahead turns a sequential epoch's SSD reads into RAM hits after a restart.
+#include <fcntl.h>
+#include <signal.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <random>
+#include <thread>
+
+#include "tests/mount_fixture.h"
+
+namespace epochfs::testing {
+namespace {
+
+// Writes `text` to the plan file in pieces of `piece` bytes; 0 or the first errno.
+int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece = 4096) {
+  const fsys::path plan = mnt / ".epochfs" / "plan";
+  int fd = ::open(plan.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (size_t off = 0; off < text.size() && err == 0; off += piece) {
+    const size_t n = std::min(piece, text.size() - off);
+    if (::write(fd, text.data() + off, n) != static_cast<ssize_t>(n)) err = errno ? errno : EIO;
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+std::string PlanText(const std::vector<std::string>& paths) {
+  std::string text = "epochfs-plan 1\n";
+  for (const auto& p : paths) text += p + "\n";
+  return text + "\n";
+}
+
+class PrefetchTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    EPOCHFS_SKIP_WITHOUT_FUSE();
+    src_ = dir_ / "src";
+    mnt_ = dir_ / "mnt";
+    cache_ = dir_ / "cache";
+    fsys::create_directories(src_);
+    fsys::create_directories(mnt_);
+  }
+
+  // `count` files of `size` bytes in `dirs` folders, old enough to be cached.
+  std::vector<std::string> MakeFiles(int count, int dirs, size_t size) {
+    std::vector<std::string> names;
+    for (int i = 0; i < count; ++i) {
+      const std::string dir = "d" + std::to_string(i % dirs);
+      fsys::create_directories(src_ / dir);
+      char name[64];
+      std::snprintf(name, sizeof(name), "%s/f%05d.bin", dir.c_str(), i);
+      WriteFile(src_ / name, RandomBytes(size, i));
+      AgeFile(src_ / name, 3600);
+      names.push_back(name);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the racily-clean rule
+    return names;
+  }
+
+  std::unique_ptr<Mount> MountIt(std::vector<std::string> extra = {}) {
+    extra.push_back("--consistency");
+    extra.push_back(GetParam());
+    auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
+    EXPECT_TRUE(m->ok()) << m->output();
+    return m;
+  }
+
+  // Polls the stats until `key` reaches `want` (or 10 s pass); returns the last value.
+  uint64_t WaitFor(const Mount& m, const std::string& key, uint64_t want) {
+    uint64_t v = 0;
+    for (int i = 0; i < 200; ++i) {
+      v = m.Stats().value(key, uint64_t{0});
+      if (v >= want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return v;
+  }
+
+  TempDir dir_;
+  fsys::path src_, mnt_, cache_;
+};
+
+TEST_P(PrefetchTest, PublishedPlanIsFollowed) {
+  auto names = MakeFiles(300, 3, 64 * 1024);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  std::mt19937 rng(5);
+  std::shuffle(names.begin(), names.end(), rng);
+  // Odd-sized pieces: lines arrive split across writes.
+  ASSERT_EQ(WritePlan(mnt_, PlanText(names), 1000), 0);
+  auto before = m->Stats();
+  EXPECT_EQ(before["pattern"], "published");
+  EXPECT_EQ(before["plan_entries"], 300);
+  // Readahead goes at most `lookahead` (256) files past the reader.
+  EXPECT_GE(WaitFor(*m, "prefetched", 257), 257u);
+
+  before = m->Stats();
+  for (const auto& name : names) {
+    ASSERT_EQ(ReadFile(mnt_ / name).size(), 64u * 1024) << name;
+    std::this_thread::sleep_for(std::chrono::microseconds(300));  // "compute"
+  }
+  auto after = m->Stats();
+  const uint64_t ram_hits = after["ram_hits"].get<uint64_t>() - before["ram_hits"].get<uint64_t>();
+  const uint64_t misses = after["misses"].get<uint64_t>() - before["misses"].get<uint64_t>();
+  // Each file is one READ (64 KiB): all of them should be RAM hits.
+  EXPECT_GE(ram_hits, 295u) << after.dump();
+  EXPECT_LE(misses, 5u) << after.dump();
+  EXPECT_GE(after["prefetch_hits"].get<uint64_t>(), 295u) << after.dump();
+  EXPECT_EQ(after["plan_position"], 299);
+  EXPECT_EQ(after["pattern"], "published");
+}
+
+TEST_P(PrefetchTest, BadPlansAreRefusedAndThePreviousPlanStays) {
+  auto names = MakeFiles(5, 1, 1000);
+  fsys::create_symlink("/etc/passwd", src_ / "link");
+  fsys::create_directories(src_ / "sub");
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ASSERT_EQ(WritePlan(mnt_, PlanText(names)), 0);
+  const std::string long_name(PATH_MAX + 10, 'a');
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"dotdot", PlanText({"../src/" + names[0]})},
+      {"dotdot inside", PlanText({"d0/../../x"})},
+      {"absolute", PlanText({(src_ / names[0]).string()})},
+      {"unknown", PlanText({names[0], "d0/nope.bin"})},
+      {"NUL", PlanText({names[0] + std::string(1, '\0') + "x"})},
+      {"garbage header", "epochfs-plan 9\n" + names[0] + "\n\n"},
+      {"binary garbage", std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16)},
+      {"directory", PlanText({"sub"})},
+      {"symlink out", PlanText({"link"})},
+      {"control file", PlanText({".epochfs/stats"})},
+      {"line longer than PATH_MAX", PlanText({long_name})},
+      {"data after the end", PlanText({names[0]}) + names[1] + "\n"},
+  };
+  for (const auto& [what, text] : bad) {
+    EXPECT_EQ(WritePlan(mnt_, text), EINVAL) << what;
+  }
+  auto stats = m->Stats();
+  EXPECT_EQ(stats["plans_published"], 1) << stats.dump();
+  EXPECT_EQ(stats["plan_entries"], 5);
+  EXPECT_EQ(stats["pattern"], "published");
+  // A good plan after all that is accepted.
+  ASSERT_EQ(WritePlan(mnt_, PlanText({names[1], names[0]})), 0);
+  EXPECT_EQ(m->Stats()["plan_entries"], 2);
+  // A large plan (200,000 entries, ~3 MB) is taken in pieces within bounded memory.
+  std::vector<std::string> many;
+  for (int i = 0; i < 200000; ++i) many.push_back(names[i % names.size()]);
+  ASSERT_EQ(WritePlan(mnt_, PlanText(many), 128 * 1024), 0);
+  stats = m->Stats();
+  EXPECT_EQ(stats["plan_entries"], 200000);
+  EXPECT_LT(stats["daemon_rss_bytes"].get<uint64_t>(), 512ull << 20);
+}
+
+TEST_P(PrefetchTest, PlanIsCheckedAgainstTheWritersPermissions) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write as another user";
+  auto names = MakeFiles(2, 1, 1000);
+  WriteFile(src_ / "secret.bin", "top secret");
+  AgeFile(src_ / "secret.bin", 3600);
+  fsys::permissions(src_ / "secret.bin", fsys::perms::owner_read | fsys::perms::owner_write);
+  fsys::permissions(dir_.path(), fsys::perms::owner_all | fsys::perms::group_read |
+                                     fsys::perms::group_exec | fsys::perms::others_read |
+                                     fsys::perms::others_exec);
+  auto m = MountIt({"--allow-other"});
+  ASSERT_TRUE(m->ok());
+  auto as_nobody = [&](const std::string& text) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(100);
+      ::_exit(WritePlan(mnt_, text));
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(as_nobody(PlanText({names[0], "secret.bin"})), EACCES);
+  EXPECT_EQ(m->Stats()["plans_published"], 0);
+  EXPECT_EQ(as_nobody(PlanText({names[0], names[1]})), 0);
+  EXPECT_EQ(m->Stats()["plans_published"], 1);
+  // Root may name it.
+  EXPECT_EQ(WritePlan(mnt_, PlanText({"secret.bin"})), 0);
+}
+
+TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {
+  auto names = MakeFiles(500, 1, 32 * 1024);
+  std::sort(names.begin(), names.end());
+  {
+    auto m = MountIt();
+    ASSERT_TRUE(m->ok());
+    for (const auto& name : names) ReadFile(mnt_ / name);  // fills the SSD tier
+    ASSERT_TRUE(m->Unmount());
+  }
+  // Restarted: the SSD tier is warm, RAM and the kernel's page cache are cold.
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  for (const auto& name : names) {
+    ASSERT_EQ(ReadFile(mnt_ / name).size(), 32u * 1024);
+    std::this_thread::sleep_for(std::chrono::microseconds(500));  // "compute"
+  }
+  auto s = m->Stats();
+  // Sorted order; "replay" too if the first mount's order was recorded as an epoch.
+  EXPECT_TRUE(s["pattern"] == "sequential" || s["pattern"] == "replay") << s.dump();
+  EXPECT_EQ(s["source_reads"], 0) << s.dump();
+  // The classifier needs 128 files to be sure; after that readahead should stay ahead.
+  EXPECT_GE(s["prefetch_hits"].get<uint64_t>(), 250u) << s.dump();
+  EXPECT_GE(s["ram_hits"].get<uint64_t>(), 250u) << s.dump();
+  EXPECT_GT(s["prefetch_from_ssd"].get<uint64_t>(), 0u) << s.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Consistency, PrefetchTest, ::testing::Values("notify", "open"));
+
+}  // namespace
+}  // namespace epochfs::testing
+
+namespace epochfs::testing {
+namespace {
+
+// `epochfs warm`: loads a tree into the SSD tier; interrupted, a second run completes
+// it and fetches from the source only what the first did not.
+TEST(Warm, InterruptedThenResumedLoadsEverythingOnce) {
+  EPOCHFS_SKIP_WITHOUT_FUSE();
+  TempDir dir;
+  const fsys::path src = dir / "src", mnt = dir / "mnt", cache = dir / "cache";
+  fsys::create_directories(mnt);
+  Dataset d = Dataset::Make(src, 300, 6, 100 * 1024, 11);
+  uint64_t total = 0;
+  for (const auto& f : d.files) total += f.second.size();
+  Mount m(src, mnt, cache, {"--ram", "4M"});  // RAM far smaller than the data set
+  ASSERT_TRUE(m.ok()) << m.output();
+
+  // An interrupted run: one class folder only (deterministic), then a killed run.
+  CommandResult first = Epochfs({"warm", mnt.string(), "class_0"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("warmed 50 files"), std::string::npos) << first.output;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string bin = EPOCHFS_BINARY;
+    ::execl(bin.c_str(), bin.c_str(), "warm", mnt.c_str(), "-j", "1", nullptr);
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const uint64_t source_before = m.Stats()["source_bytes"].get<uint64_t>();
+  EXPECT_LT(source_before, total);
+
+  CommandResult second = Epochfs({"warm", mnt.string()});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("warmed 300 files"), std::string::npos) << second.output;
+  auto s = m.Stats();
+  // Every byte came from the source exactly once over all runs (the first run's files
+  // were SSD hits the second time), and the SSD tier holds the whole data set.
+  EXPECT_EQ(s["source_bytes"].get<uint64_t>(), total) << s.dump();
+  EXPECT_GT(s["ssd_hits"].get<uint64_t>() + s["ram_hits"].get<uint64_t>(), 0u) << second.output;
+  ASSERT_TRUE(m.Unmount());
+  // After a restart, a full pass reads nothing from the source.
+  Mount again(src, mnt, cache, {"--ram", "4M"});
+  ASSERT_TRUE(again.ok()) << again.output();
+  CommandResult third = Epochfs({"warm", mnt.string()});
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_EQ(again.Stats()["source_bytes"], 0) << third.output;
+}
+
+}  // namespace
+}  // namespace epochfs::testing
