@@ -123,6 +123,7 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
     j["plans_published"] = p.plans_published;
     j["plan_entries"] = p.plan_entries;
     j["plan_position"] = p.plan_position;
+    j["plan_fingerprint"] = fmt::format("{:016x}", p.plan_fingerprint);
   }
   // ---- end prefetcher ----
   const auto [rss, peak] = ResidentSetBytes();

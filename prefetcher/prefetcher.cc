@@ -2,6 +2,7 @@
 #include "prefetcher/prefetcher.h"
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +21,21 @@
 
 namespace epochfs::prefetch {
 namespace {
+
+// XXH3-64 of each path followed by '\n', streamed (a plan can hold millions of paths).
+template <typename Range, typename PathOf>
+uint64_t Fingerprint(const Range& items, PathOf path_of) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (const auto& item : items) {
+    const std::string& path = path_of(item);
+    XXH3_64bits_update(state, path.data(), path.size());
+    XXH3_64bits_update(state, "\n", 1);
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
+}
 
 // An access to a file already accessed starts a new epoch once this much of the
 // previous epoch has been covered (less would be a re-read inside one epoch).
@@ -124,6 +140,7 @@ class PrefetcherImpl final : public Prefetcher {
   bool save_failed_ = false;  // warned once
   uint64_t prefetched_count_ = 0, prefetch_hits_ = 0, prefetch_refused_ = 0;
   uint64_t prefetch_errors_ = 0, plans_published_ = 0;
+  uint64_t plan_fingerprint_ = 0;  // GUARDED_BY(mu_)
 
   std::vector<std::thread> workers_;
 };
@@ -245,6 +262,9 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
       plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path));
     }
     if (policy_) policy_->SetPlan(keys);
+    plan_fingerprint_ = Fingerprint(plan_, [](const PlannedFile& f) -> const std::string& {
+      return f.path;
+    });
     ++plans_published_;
     spdlog::info("prefetch: plan of {} files published (epoch {})", plan_.size(), epoch_);
   }
@@ -382,6 +402,7 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.prefetch_refused = prefetch_refused_;
   s.prefetch_errors = prefetch_errors_;
   s.plans_published = plans_published_;
+  s.plan_fingerprint = plan_fingerprint_;
   s.plan_entries = plan_.size();
   s.plan_position = plan_cursor_;
   return s;
@@ -397,6 +418,10 @@ std::unique_ptr<Prefetcher> Prefetcher::Create(PrefetcherOptions options, cache:
                                                std::shared_ptr<cache::EvictionPolicy> policy) {
   return std::make_unique<PrefetcherImpl>(std::move(options), cache,
                                           std::dynamic_pointer_cast<EpochPolicy>(policy));
+}
+
+uint64_t PlanFingerprint(const std::vector<std::string>& paths) {
+  return Fingerprint(paths, [](const std::string& p) -> const std::string& { return p; });
 }
 
 }  // namespace epochfs::prefetch

@@ -106,7 +106,13 @@ struct PrefetcherStats {
   uint64_t plans_published = 0;
   uint64_t plan_entries = 0;      // entries of the current plan
   uint64_t plan_position = 0;     // furthest plan entry read so far
+  // XXH3-64 of the current plan's paths, each followed by '\n', in plan order (0: no
+  // plan): lets a publisher check that the mount got exactly the order it sent.
+  uint64_t plan_fingerprint = 0;
 };
+
+// The fingerprint of a list of paths, as PrefetcherStats::plan_fingerprint computes it.
+uint64_t PlanFingerprint(const std::vector<std::string>& paths);
 
 class Prefetcher {
  public:
