@@ -19,18 +19,15 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-TEST(LoaderOnMount, PublishedOrderIsWhatTheMountGetsAndWhatIsRead) {
-  EPOCHFS_SKIP_WITHOUT_FUSE();
-  TempDir dir;
-  const fsys::path src = dir / "src", mnt = dir / "mnt";
-  fsys::create_directories(src);
-  fsys::create_directories(mnt);
-  Dataset d = Dataset::Make(src, 120, 4, 20000, 41);
+using LoaderOnMount = MountedDirsTest;
+
+TEST_F(LoaderOnMount, PublishedOrderIsWhatTheMountGetsAndWhatIsRead) {
+  Dataset d = Dataset::Make(src_, 120, 4, 20000, 41);
   std::map<std::string, std::string> content(d.files.begin(), d.files.end());
-  Mount m(src, mnt, dir / "cache");
+  Mount m(src_, mnt_, cache_);
   ASSERT_TRUE(m.ok()) << m.output();
 
-  const std::string root = fsys::canonical(mnt).string();
+  const std::string root = fsys::canonical(mnt_).string();
   auto scanned = loader::ScanImageFolder(root);
   ASSERT_TRUE(scanned.ok()) << scanned.status().ToString();
   const size_t n = scanned->files.size();

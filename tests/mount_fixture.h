@@ -77,6 +77,23 @@ class Mount {
   std::string output_;
 };
 
+// A fixture base for tests that mount: skips without FUSE, and gives each test a fresh
+// temporary directory with `src/` and `mnt/` made and `cache/` named (not made: a
+// mount makes it).
+class MountedDirsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EPOCHFS_SKIP_WITHOUT_FUSE();
+    fsys::create_directories(src_);
+    fsys::create_directories(mnt_);
+  }
+
+  TempDir dir_;
+  fsys::path src_ = dir_ / "src";
+  fsys::path mnt_ = dir_ / "mnt";
+  fsys::path cache_ = dir_ / "cache";
+};
+
 // A set of files written into a source tree, kept in memory to compare against.
 struct Dataset {
   std::vector<std::pair<std::string, std::string>> files;  // relative path, content

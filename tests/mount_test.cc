@@ -21,17 +21,8 @@
 namespace epochfs::testing {
 namespace {
 
-class MountTest : public ::testing::Test {
+class MountTest : public MountedDirsTest {
  protected:
-  void SetUp() override {
-    EPOCHFS_SKIP_WITHOUT_FUSE();
-    src_ = dir_ / "src";
-    mnt_ = dir_ / "mnt";
-    cache_ = dir_ / "cache";
-    fsys::create_directories(src_);
-    fsys::create_directories(mnt_);
-  }
-
   std::unique_ptr<Mount> MountIt(const std::vector<std::string>& extra = {}) {
     auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
     EXPECT_TRUE(m->ok()) << m->output();
@@ -66,8 +57,6 @@ class MountTest : public ::testing::Test {
     return bad;
   }
 
-  TempDir dir_;
-  fsys::path src_, mnt_, cache_;
 };
 
 TEST_F(MountTest, EveryFileByteIdenticalFrom16Threads) {

@@ -53,21 +53,15 @@ bool WaitGone(pid_t pid, std::chrono::seconds limit) {
   return false;
 }
 
-class OpsTest : public ::testing::Test {
+class OpsTest : public MountedDirsTest {
  protected:
   void SetUp() override {
-    EPOCHFS_SKIP_WITHOUT_FUSE();
-    src_ = dir_ / "src";
-    mnt_ = dir_ / "mnt";
-    cache_ = dir_ / "cache";
-    fsys::create_directories(src_);
-    fsys::create_directories(mnt_);
+    MountedDirsTest::SetUp();
+    if (IsSkipped()) return;
     WriteFile(src_ / "a.txt", "hello epochfs\n");
     AgeFile(src_ / "a.txt", 3600);
   }
 
-  TempDir dir_;
-  fsys::path src_, mnt_, cache_;
 };
 
 // ---------------------------------------------------------------------------------

@@ -39,17 +39,8 @@ std::string PlanText(const std::vector<std::string>& paths) {
   return text + "\n";
 }
 
-class PrefetchTest : public ::testing::TestWithParam<std::string> {
+class PrefetchTest : public MountedDirsTest, public ::testing::WithParamInterface<std::string> {
  protected:
-  void SetUp() override {
-    EPOCHFS_SKIP_WITHOUT_FUSE();
-    src_ = dir_ / "src";
-    mnt_ = dir_ / "mnt";
-    cache_ = dir_ / "cache";
-    fsys::create_directories(src_);
-    fsys::create_directories(mnt_);
-  }
-
   // `count` files of `size` bytes in `dirs` folders, old enough to be cached.
   std::vector<std::string> MakeFiles(int count, int dirs, size_t size) {
     std::vector<std::string> names;
@@ -85,8 +76,6 @@ class PrefetchTest : public ::testing::TestWithParam<std::string> {
     return v;
   }
 
-  TempDir dir_;
-  fsys::path src_, mnt_, cache_;
 };
 
 TEST_P(PrefetchTest, PublishedPlanIsFollowed) {
