@@ -4,7 +4,8 @@
 
 namespace epochfs::fs {
 
-InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat) {
+InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat, uint64_t max_file_fds)
+    : max_file_fds_(max_file_fds) {
   root_ = std::make_shared<Inode>();
   root_->nodeid = kRootNodeId;
   root_->dev = root_stat.st_dev;
@@ -43,6 +44,13 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   inode->dev = key.dev;
   inode->ino = key.ino;
   inode->is_dir = S_ISDIR(st.st_mode);
+  if (!inode->is_dir) {
+    if (file_fds_ < max_file_fds_ && path_fd) {
+      file_fds_++;
+    } else {
+      path_fd.reset();
+    }
+  }
   inode->path_fd = std::move(path_fd);
   inode->parent = parent;
   inode->name = name;
@@ -62,6 +70,7 @@ std::shared_ptr<Inode> InodeTable::Forget(uint64_t nodeid, uint64_t n) {
   if (inode.nlookup > 0) return nullptr;
   auto dev_it = by_devino_.find({inode.dev, inode.ino});
   if (dev_it != by_devino_.end() && dev_it->second == nodeid) by_devino_.erase(dev_it);
+  if (!inode.is_dir && inode.path_fd) file_fds_--;
   // Open file handles and children may still hold the Inode; it dies with the last one.
   std::shared_ptr<Inode> gone = std::move(it->second);
   by_nodeid_.erase(it);
@@ -100,6 +109,11 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
 void InodeTable::ClearKernelCacheId(Inode& inode) {
   std::lock_guard lock(mutex_);
   inode.kernel_cache_id.reset();
+}
+
+uint64_t InodeTable::file_fds() const {
+  std::lock_guard lock(mutex_);
+  return file_fds_;
 }
 
 size_t InodeTable::size() const {

@@ -61,8 +61,11 @@ struct Location {
 
 class InodeTable {
  public:
-  // The root is (dev, ino) of `root_fd`, an O_PATH fd of the source directory.
-  InodeTable(UniqueFd root_fd, const struct ::stat& root_stat);
+  // The root is (dev, ino) of `root_fd`, an O_PATH fd of the source directory. At most
+  // `max_file_fds` non-directory nodes keep their O_PATH fd (the fd limit is finite);
+  // beyond that a file node is reached by name only. Directories always keep theirs.
+  InodeTable(UniqueFd root_fd, const struct ::stat& root_stat,
+             uint64_t max_file_fds = UINT64_MAX);
 
   std::shared_ptr<Inode> Find(uint64_t nodeid) const;
   // The node of source object (dev, ino), if the kernel knows it.
@@ -93,6 +96,7 @@ class InodeTable {
   void ClearKernelCacheId(Inode& inode);
 
   size_t size() const;
+  uint64_t file_fds() const;
 
  private:
   struct DevIno {
@@ -106,6 +110,8 @@ class InodeTable {
   mutable std::mutex mutex_;
   std::shared_ptr<Inode> root_;
   uint64_t next_nodeid_ = 16;  // ids below 16 are reserved for control nodes
+  const uint64_t max_file_fds_;
+  uint64_t file_fds_ = 0;      // GUARDED_BY(mutex_): file nodes in the table holding an fd
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_;  // GUARDED_BY(mutex_)
   std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_;      // GUARDED_BY(mutex_)
 };

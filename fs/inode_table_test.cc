@@ -82,3 +82,28 @@ TEST(InodeTable, ParentOutlivesForgetWhileAChildHoldsIt) {
 
 }  // namespace
 }  // namespace epochfs::fs
+
+namespace epochfs::fs {
+namespace {
+
+TEST(InodeTable, FileNodesKeepTheirFdOnlyUpToTheCap) {
+  UniqueFd root(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  InodeTable table(std::move(root), FakeStat(1, 2, S_IFDIR | 0755), /*max_file_fds=*/2);
+  auto fd = [] { return UniqueFd(::open("/tmp", O_PATH | O_CLOEXEC)); };
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 101, S_IFREG), fd());
+  auto b = table.Remember(table.root(), "b", FakeStat(1, 102, S_IFREG), fd());
+  auto c = table.Remember(table.root(), "c", FakeStat(1, 103, S_IFREG), fd());
+  auto d = table.Remember(table.root(), "d", FakeStat(1, 104, S_IFDIR), fd());
+  EXPECT_TRUE(a->path_fd.valid());
+  EXPECT_TRUE(b->path_fd.valid());
+  EXPECT_FALSE(c->path_fd.valid()) << "over the cap: reached by name only";
+  EXPECT_TRUE(d->path_fd.valid()) << "directories always keep theirs";
+  EXPECT_EQ(table.file_fds(), 2u);
+  table.Forget(a->nodeid, 1);
+  EXPECT_EQ(table.file_fds(), 1u);
+  auto e = table.Remember(table.root(), "e", FakeStat(1, 105, S_IFREG), fd());
+  EXPECT_TRUE(e->path_fd.valid());
+}
+
+}  // namespace
+}  // namespace epochfs::fs

@@ -166,9 +166,18 @@ uint64_t DefaultDiskBudget(const std::filesystem::path& dir) {
 }
 
 // A FUSE daemon holds a directory fd per known directory and a file fd per open file.
+// (SourceFs caps how many of those it keeps for files at half the limit.) Root may go
+// up to the kernel's fs.nr_open; anyone may raise the soft limit to the hard one.
 void RaiseFdLimit() {
   struct rlimit lim {};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  uint64_t nr_open = 0;
+  std::ifstream("/proc/sys/fs/nr_open") >> nr_open;
+  if (nr_open > lim.rlim_max) {
+    struct rlimit raised {nr_open, nr_open};
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
+  }
+  if (lim.rlim_cur < lim.rlim_max) {
     lim.rlim_cur = lim.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -88,6 +89,14 @@ class DemandRead {
   prefetch::Prefetcher* prefetcher_;
 };
 
+// Half the fd limit for file nodes' O_PATH fds; the rest is for directories, open
+// files, the cache's packs, RocksDB and sockets.
+uint64_t MaxFileFds() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1u << 20;
+  return lim.rlim_cur / 2;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SourceFs>> SourceFs::Create(UniqueFd root_fd, SourceFsOptions options,
@@ -102,7 +111,7 @@ Result<std::unique_ptr<SourceFs>> SourceFs::Create(UniqueFd root_fd, SourceFsOpt
 SourceFs::SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
                    std::unique_ptr<cache::Cache> cache)
     : options_(std::move(options)),
-      inodes_(std::move(root_fd), root_stat),
+      inodes_(std::move(root_fd), root_stat, MaxFileFds()),
       cache_(std::move(cache)),
       running_as_root_(::geteuid() == 0) {}
 
