@@ -11,7 +11,10 @@ are the policy's numbers, not a bandwidth-limited run.
 
     /usr/bin/python3 bench/cache_fraction_quick.py --fractions 0.25 0.5 0.75
 """
-import argparse, json, os, random, shutil, subprocess, sys, threading, time
+import argparse, json, os, random, shutil, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paced_reader import read_epoch  # noqa: E402
 
 def stats(mnt):
     with open(os.path.join(mnt, ".epochfs", "stats")) as f:
@@ -60,22 +63,7 @@ def main():
                         f.write("epochfs-plan 1\n" + "".join(n + "\n" for n in order) + "\n")
                 drop_caches()
                 before = stats(mnt)
-                nxt = iter(range(len(order)))
-                lock = threading.Lock()
-                def reader():
-                    while True:
-                        with lock:
-                            i = next(nxt, None)
-                        if i is None:
-                            return
-                        with open(os.path.join(mnt, order[i]), "rb", buffering=0) as f:
-                            while f.read(1 << 20):
-                                pass
-                t0 = time.time()
-                ts = [threading.Thread(target=reader) for _ in range(args.readers)]
-                [t.start() for t in ts]
-                [t.join() for t in ts]
-                dt = time.time() - t0
+                dt = read_epoch(mnt, order, args.readers)
                 after = stats(mnt)
                 d = lambda k: after[k] - before[k]
                 reads = d("ram_hits") + d("misses") + d("ssd_hits")

@@ -11,10 +11,11 @@ order, and prints per epoch the RAM hit ratio, source bytes / data set and the t
 
     /usr/bin/python3 bench/throttled_hit_quick.py
 """
-import argparse, json, os, random, shutil, subprocess, sys, threading, time
+import argparse, json, os, random, shutil, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchenv import BlkioThrottle, Cleanup, LoopImage, drop_caches  # noqa: E402
+from paced_reader import read_epoch  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--epochfs", default=os.path.abspath("build/fs/epochfs"))
@@ -64,8 +65,10 @@ def stats():
 
 
 BASELINE_CHILD = r"""
-import json, os, random, sys, threading, time
-cg, limit, root, loopname, epochs, readers, compute, total = sys.argv[1:9]
+import json, os, random, sys
+cg, limit, root, loopname, epochs, readers, compute, total, bench_dir = sys.argv[1:10]
+sys.path.insert(0, bench_dir)
+from paced_reader import read_epoch
 names = sorted(os.path.join(dp, f)[len(root) + 1:] for dp, _, fs in os.walk(root) for f in fs)
 with open(os.path.join(cg, "cgroup.procs"), "w") as f:
     f.write(str(os.getpid()))
@@ -75,20 +78,8 @@ def sectors():
 for epoch in range(int(epochs)):
     order = names[:]
     random.Random(epoch).shuffle(order)
-    it = iter(order); lock = threading.Lock(); s0 = sectors(); t0 = time.time()
-    def reader():
-        while True:
-            with lock:
-                n = next(it, None)
-            if n is None:
-                return
-            with open(os.path.join(root, n), "rb", buffering=0) as f:
-                while f.read(1 << 20):
-                    pass
-            time.sleep(float(compute))
-    ts = [threading.Thread(target=reader) for _ in range(int(readers))]
-    [t.start() for t in ts]; [t.join() for t in ts]
-    secs = time.time() - t0
+    s0 = sectors()
+    secs = read_epoch(root, order, int(readers), float(compute))
     print(json.dumps(dict(baseline="page cache, memory cgroup " + limit, epoch=epoch,
                           seconds=round(secs, 2), samples_per_s=round(len(order) / secs),
                           source_bytes_per_dataset=round((sectors() - s0) * 512 / int(total), 3))),
@@ -104,7 +95,8 @@ if args.baseline:
         f.write(str(limit))
     drop_caches()
     subprocess.run([sys.executable, "-c", BASELINE_CHILD, cgpath, str(limit), root, loop.name,
-                    str(args.epochs), str(args.readers), str(compute), str(total)], check=True)
+                    str(args.epochs), str(args.readers), str(compute), str(total),
+                    os.path.dirname(os.path.abspath(__file__))], check=True)
 
 for publish in (False, True):
     shutil.rmtree(cache, ignore_errors=True)
@@ -119,25 +111,7 @@ for publish in (False, True):
                 with open(os.path.join(mnt, ".epochfs", "plan"), "w") as f:
                     f.write("epochfs-plan 1\n" + "".join(n + "\n" for n in order) + "\n")
             before = stats()
-            it = iter(order)
-            lock = threading.Lock()
-
-            def reader():
-                while True:
-                    with lock:
-                        n = next(it, None)
-                    if n is None:
-                        return
-                    with open(os.path.join(mnt, n), "rb", buffering=0) as f:
-                        while f.read(1 << 20):
-                            pass
-                    time.sleep(compute)
-
-            t0 = time.time()
-            ts = [threading.Thread(target=reader) for _ in range(args.readers)]
-            [t.start() for t in ts]
-            [t.join() for t in ts]
-            secs = time.time() - t0
+            secs = read_epoch(mnt, order, args.readers, compute)
             after = stats()
             d = lambda k: after[k] - before[k]
             reads = d("ram_hits") + d("misses") + d("ssd_hits")
