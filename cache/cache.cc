@@ -124,7 +124,11 @@ class CacheImpl final : public Cache {
   ~CacheImpl() override = default;
 
   Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
-  Result<uint32_t> Prefetch(const SourceFile& file) override;
+  Result<PrefetchResult> Prefetch(const SourceFile& file) override;
+
+  std::optional<uint64_t> SsdPosition(uint64_t dev, uint64_t ino) const override {
+    return ssd_ ? ssd_->Position(ChunkKey{dev, ino, 0}) : std::nullopt;
+  }
 
   void Invalidate(uint64_t dev, uint64_t ino) override {
     ram_->EraseFile(dev, ino);
@@ -193,9 +197,10 @@ Result<ReadBuffer> CacheImpl::Read(const SourceFile& file, uint64_t offset, size
   return Assemble(offset, end, first, file, pieces);
 }
 
-Result<uint32_t> CacheImpl::Prefetch(const SourceFile& file) {
+Result<PrefetchResult> CacheImpl::Prefetch(const SourceFile& file) {
+  PrefetchResult result;
   const uint64_t size = file.id.size;
-  if (size == 0) return uint32_t{0};
+  if (size == 0) return result;
   const uint64_t chunks = (size - 1) / options_.chunk_size + 1;
   std::vector<Piece> pieces(chunks);
   std::vector<size_t> missing;
@@ -213,12 +218,15 @@ Result<uint32_t> CacheImpl::Prefetch(const SourceFile& file) {
     for (size_t i : missing) {
       prefetch_bytes_ += pieces[i].bytes.size;
       if (pieces[i].tier == Tier::kSsd) ++prefetch_from_ssd_;
-      if (pieces[i].tier == Tier::kSource) ++prefetch_from_source_;
+      if (pieces[i].tier == Tier::kSource) {
+        ++prefetch_from_source_;
+        ++result.source_reads;
+        result.source_bytes += pieces[i].bytes.size;
+      }
     }
   }
-  uint32_t in_ram = 0;
-  for (size_t i = 0; i < chunks; ++i) in_ram += ram_->Contains(KeyOf(file, i)) ? 1 : 0;
-  return in_ram;
+  for (size_t i = 0; i < chunks; ++i) result.chunks_in_ram += ram_->Contains(KeyOf(file, i)) ? 1 : 0;
+  return result;
 }
 
 Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
@@ -460,6 +468,7 @@ Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options
         .min_free_bytes = options.min_free_bytes,
         .sync_interval_ms = options.sync_interval_ms,
     };
+    if (!options.read_around) ssd_options.read_around_window = 0;
     if (tweak != nullptr) tweak(&ssd_options);
     Result<std::unique_ptr<SsdTier>> opened = SsdTier::Open(ssd_options, *io, ram.get());
     if (!opened.ok()) return opened.status();

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cache/status.h"
@@ -92,6 +93,16 @@ struct CacheOptions {
   std::shared_ptr<EvictionPolicy> ram_policy_override;
   // Packs are fdatasync'ed, and their index records written, at least this often.
   uint32_t sync_interval_ms = 1000;
+  // A small entry read from the SSD tier brings its pack neighbours (read in the same
+  // aligned window) into RAM too: cheap readahead for files written together.
+  bool read_around = true;
+};
+
+// What Cache::Prefetch did.
+struct PrefetchResult {
+  uint32_t chunks_in_ram = 0;   // of the file's chunks, after the call
+  uint32_t source_reads = 0;    // chunks read from the source by this call
+  uint64_t source_bytes = 0;    // bytes of those
 };
 
 // Counters since Open(). Gauges (bytes, entries) are current values.
@@ -136,8 +147,14 @@ class Cache {
   // Fills the tiers with every chunk of `file` as Read() would (RAM from SSD, both from
   // the source), without counting demand hits or misses. Whether a chunk stays in RAM
   // is the RAM policy's decision. Returns how many of the file's chunks are in RAM
-  // afterwards (0 when the policy refused them all), or the source's error.
-  virtual Result<uint32_t> Prefetch(const SourceFile& file) = 0;
+  // afterwards (0 when the policy refused them all) and what was read from the source
+  // (for a readahead budget), or the source's error.
+  virtual Result<PrefetchResult> Prefetch(const SourceFile& file) = 0;
+
+  // Where the SSD tier holds the first chunk of file (dev, ino), as a number that
+  // orders entries as they lie on disk (pack, then offset), or nullopt if it holds
+  // none. Identity is not checked: this is for ordering reads, not for serving them.
+  virtual std::optional<uint64_t> SsdPosition(uint64_t dev, uint64_t ino) const = 0;
 
   // Drops every cached chunk of the file (dev, ino), e.g. after a write through the
   // mount. Identity checks make this an optimisation, not a correctness requirement.

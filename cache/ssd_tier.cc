@@ -250,6 +250,12 @@ Result<std::shared_ptr<PackReader>> SsdTier::ReaderFor(uint32_t pack_id) {
   return reader;
 }
 
+std::optional<uint64_t> SsdTier::Position(const ChunkKey& key) const {
+  Result<std::optional<IndexRecord>> record = index_->Get(key);
+  if (!record.ok() || !*record) return std::nullopt;
+  return (uint64_t{(*record)->pack_id} << 40) + (*record)->offset;
+}
+
 std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);

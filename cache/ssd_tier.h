@@ -115,6 +115,10 @@ class SsdTier {
   // problem is a miss (and counted).
   std::optional<ChunkBytes> Lookup(const ChunkKey& key, const SourceIdentity& id);
 
+  // (pack id << 40) + offset of the chunk's entry, or nullopt if it is not indexed (or
+  // the index cannot say). Identity is not checked: for ordering reads only.
+  std::optional<uint64_t> Position(const ChunkKey& key) const;
+
   // Queues the chunk for persistence. Never blocks; returns false if it was dropped
   // (queue full, tier full or degraded).
   bool Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes);

@@ -120,6 +120,23 @@ const std::map<std::string, Setter>& Setters() {
          return "";
        }},
       {"readahead", Size([](uint64_t n, MountOptions& o) { o.readahead = n; })},
+      {"prefetch",
+       [](const toml::node& v, MountOptions& o) -> std::string {
+         if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
+         const int64_t n = *v.value<int64_t>();
+         if (n < 0 || n > 64) return fmt::format("{} is outside 0..64", n);
+         o.prefetch_threads = static_cast<uint32_t>(n);
+         return "";
+       }},
+      {"prefetch_iops",
+       [](const toml::node& v, MountOptions& o) -> std::string {
+         if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
+         const int64_t n = *v.value<int64_t>();
+         if (n < 0) return fmt::format("{} is negative", n);
+         o.prefetch_iops = static_cast<uint64_t>(n);
+         return "";
+       }},
+      {"prefetch_bandwidth", Size([](uint64_t n, MountOptions& o) { o.prefetch_bandwidth = n; })},
       {"read_only", Bool(&MountOptions::read_only)},
       {"allow_other", Bool(&MountOptions::allow_other)},
       {"io_uring", Bool(&MountOptions::use_io_uring)},

@@ -21,6 +21,9 @@ ram = "8G"
 disk = 1073741824
 chunk_size = "512K"
 readahead = "2M"
+prefetch = 8
+prefetch_iops = 250
+prefetch_bandwidth = "100M"
 read_only = true
 allow_other = true
 io_uring = false
@@ -45,6 +48,9 @@ metrics_textfile = "/var/lib/node_exporter/epochfs.prom"
   EXPECT_TRUE(o.disk_budget_set);
   EXPECT_EQ(o.chunk_size, 512u << 10);
   EXPECT_EQ(o.readahead, 2ull << 20);
+  EXPECT_EQ(o.prefetch_threads, 8u);
+  EXPECT_EQ(o.prefetch_iops, 250u);
+  EXPECT_EQ(o.prefetch_bandwidth, 100ull << 20);
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.allow_other);
   EXPECT_FALSE(o.use_io_uring);
@@ -102,6 +108,11 @@ TEST(Config, BadEnumAndRange) {
             "notify");
   EXPECT_FALSE(Apply("attr_timeout = -1\n", o).ok());
   EXPECT_FALSE(Apply("threads = 0\n", o).ok());
+  EXPECT_EQ(Apply("prefetch = 65\n", o).message(),
+            "/etc/epochfs/x.conf:1: key 'prefetch': 65 is outside 0..64");
+  EXPECT_TRUE(Apply("prefetch = 0\n", o).ok());  // readahead off
+  EXPECT_FALSE(Apply("prefetch_iops = -1\n", o).ok());
+  EXPECT_FALSE(Apply("prefetch_bandwidth = \"fast\"\n", o).ok());
   EXPECT_FALSE(Apply("chunk_size = \"1K\"\n", o).ok());
   EXPECT_FALSE(Apply("metrics_listen = \"9100\"\n", o).ok());
 }

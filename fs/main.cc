@@ -284,7 +284,8 @@ int CmdUmount(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
 }
 
 int CmdMount(efs::MountOptions options, const std::string& ram, const std::string& disk,
-             const std::string& chunk, const std::string& readahead) {
+             const std::string& chunk, const std::string& readahead,
+             const std::string& prefetch_bandwidth) {
   // An empty size string: not given on the command line (the config file's or the
   // default value is in `options` already).
   if (!ram.empty()) {
@@ -307,6 +308,11 @@ int CmdMount(efs::MountOptions options, const std::string& ram, const std::strin
     auto readahead_bytes = epochfs::fs::ParseSize(readahead);
     if (!readahead_bytes.ok()) return Refuse("--readahead: " + readahead_bytes.status().message());
     options.readahead = *readahead_bytes;
+  }
+  if (!prefetch_bandwidth.empty()) {
+    auto bytes = epochfs::fs::ParseSize(prefetch_bandwidth);
+    if (!bytes.ok()) return Refuse("--prefetch-bandwidth: " + bytes.status().message());
+    options.prefetch_bandwidth = *bytes;
   }
   if (!options.metrics_listen.empty()) {
     auto addr = efs::ParseListenAddress(options.metrics_listen, options.metrics_allow_remote);
@@ -340,7 +346,7 @@ int CmdMount(efs::MountOptions options, const std::string& ram, const std::strin
 // default) value.
 int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
                 efs::MountOptions& options, std::string& ram, std::string& chunk,
-                std::string& disk, std::string& readahead) {
+                std::string& disk, std::string& readahead, std::string& prefetch_bandwidth) {
   auto given = [&](const char* name) { return mount->get_option(name)->count() > 0; };
   efs::MountOptions file = efs::MountOptions();
   std::set<std::string> keys;
@@ -372,6 +378,12 @@ int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
     readahead.clear();
     options.readahead = file.readahead;
   }
+  if (!given("--prefetch-bandwidth")) {
+    prefetch_bandwidth.clear();
+    options.prefetch_bandwidth = file.prefetch_bandwidth;
+  }
+  if (!given("--prefetch")) options.prefetch_threads = file.prefetch_threads;
+  if (!given("--prefetch-iops")) options.prefetch_iops = file.prefetch_iops;
   if (!given("--read-only")) options.read_only = file.read_only;
   if (!given("--allow-other")) options.allow_other = file.allow_other;
   if (!given("--no-io-uring")) options.use_io_uring = file.use_io_uring;
@@ -399,7 +411,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   efs::MountOptions mount_options;
-  std::string ram = "1G", disk, chunk = "1M", readahead = "1M";
+  std::string ram = "1G", disk, chunk = "1M", readahead = "1M", prefetch_bandwidth;
   std::string source, mountpoint;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE, over itself unless MOUNTPOINT is given");
   mount->add_option("SOURCE", source, "The data set folder (or `source` in --config)");
@@ -414,6 +426,17 @@ int main(int argc, char** argv) {
   mount->add_option("--readahead", readahead,
                     "Kernel readahead for the mount (0 keeps the kernel's default)")
       ->capture_default_str();
+  mount->add_option("--prefetch", mount_options.prefetch_threads,
+                    "Files read ahead at once by the prefetcher (0: no readahead at all)")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
+  mount->add_option("--prefetch-iops", mount_options.prefetch_iops,
+                    "Most source reads per second readahead may use, leaving the rest to "
+                    "demand reads (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  mount->add_option("--prefetch-bandwidth", prefetch_bandwidth,
+                    "Most source bytes per second readahead may use, e.g. 100M (default: no "
+                    "limit)");
   mount->add_flag("-f,--foreground", mount_options.foreground, "Stay in the foreground");
   mount->add_flag("--read-only", mount_options.read_only, "Refuse writes with EROFS");
   mount->add_flag("--allow-other", mount_options.allow_other,
@@ -519,10 +542,11 @@ int main(int argc, char** argv) {
     // ---- configuration file: file values under the flags given ----
     const bool if_exists = config_file.empty();
     const int config_rc = ApplyConfig(mount, if_exists ? config_if_exists : config_file,
-                                      if_exists, mount_options, ram, chunk, disk, readahead);
+                                      if_exists, mount_options, ram, chunk, disk, readahead,
+                                      prefetch_bandwidth);
     if (config_rc != 0) return config_rc;
     // ---- end configuration file ----
-    return CmdMount(mount_options, ram, disk, chunk, readahead);
+    return CmdMount(mount_options, ram, disk, chunk, readahead, prefetch_bandwidth);
   }
   // ---- epochfs top ----
   if (*top) {

@@ -111,6 +111,8 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["prefetch_from_ssd"] = s.prefetch_from_ssd;
   j["prefetch_from_source"] = s.prefetch_from_source;
   j["prefetch_bytes"] = s.prefetch_bytes;
+  j["prefetch_already_cached"] = s.prefetch_already_cached;
+  j["ssd_read_around"] = s.ssd_read_around;
   if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
     const prefetch::PrefetcherStats p = prefetcher->Stats();
     j["pattern"] = prefetch::PatternName(p.pattern);
@@ -120,6 +122,11 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
     j["prefetch_hits"] = p.prefetch_hits;
     j["prefetch_refused"] = p.prefetch_refused;
     j["prefetch_errors"] = p.prefetch_errors;
+    j["prefetch_source_reads"] = p.prefetch_source_reads;
+    j["prefetch_budget_wait_ms"] = p.budget_wait_ms;
+    j["prefetch_threads"] = options.prefetch_threads;
+    j["prefetch_iops_limit"] = options.prefetch_iops;
+    j["prefetch_bandwidth_limit"] = options.prefetch_bandwidth;
     j["plans_published"] = p.plans_published;
     j["plan_entries"] = p.plan_entries;
     j["plan_position"] = p.plan_position;
@@ -235,6 +242,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   cache_options.disk_budget = options.disk_budget;
   cache_options.chunk_size = options.chunk_size;
   cache_options.use_io_uring = options.use_io_uring;
+  cache_options.read_around = options.prefetch_threads > 0;
   // ---- prefetcher (issue #3): its epoch-aware policy ranks the RAM tier ----
   const auto ram_policy = prefetch::Prefetcher::NewPolicy(options.ram_budget);
   cache_options.ram_policy_override = ram_policy;
@@ -257,12 +265,12 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   prefetch_options.list_dir = [source_fs](const std::string& dir) {
     return source_fs->ListRelativeDir(dir);
   };
-  // A benchmark knob, not an option: EPOCHFS_READAHEAD=0 keeps the epoch-aware policy
-  // and the plan file but issues no readahead (the "without" side of a comparison).
-  if (const char* env = std::getenv("EPOCHFS_READAHEAD"); env && std::string(env) == "0") {
-    prefetch_options.enabled = false;
-    spdlog::info("readahead off (EPOCHFS_READAHEAD=0)");
-  }
+  // --prefetch 0 keeps the epoch-aware policy and the plan file but reads nothing ahead.
+  prefetch_options.threads = options.prefetch_threads;
+  prefetch_options.enabled = options.prefetch_threads > 0;
+  prefetch_options.source_reads_per_s = options.prefetch_iops;
+  prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
+  if (!prefetch_options.enabled) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = options.ram_budget;
   prefetch_options.chunk_size = options.chunk_size;

@@ -43,6 +43,12 @@ struct MountOptions {
   // The kernel's readahead for the mount. Its default (128 KiB) splits every larger
   // file into several READ round trips; 1 MiB matches the cache's chunk.
   uint64_t readahead = 1u << 20;
+  // The prefetcher's readahead (prefetcher/prefetcher.h): files in flight (0 turns off
+  // every speculative read: readahead and the SSD tier's read-around), and the most
+  // source reads and bytes per second it may use (0: no limit).
+  uint32_t prefetch_threads = 4;
+  uint64_t prefetch_iops = 0;
+  uint64_t prefetch_bandwidth = 0;
 
   // Observability (fs/metrics.h): Prometheus text exposition, both off by default.
   std::string metrics_listen;             // "HOST:PORT"; loopback only unless allowed

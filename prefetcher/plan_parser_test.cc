@@ -32,7 +32,9 @@ TEST_F(PlanParserTest, GoodPlanInOddPiecesIsPublishedAtTheEmptyLine) {
     std::optional<std::vector<PlannedFile>> out;
     for (size_t off = 0; off < text.size(); off += piece) {
       ASSERT_TRUE(p.Write(off, std::string_view(text).substr(off, piece), resolve, &out).ok());
-      if (off + piece < text.size()) ASSERT_FALSE(out.has_value()) << "published early";
+      if (off + piece < text.size()) {
+        ASSERT_FALSE(out.has_value()) << "published early";
+      }
     }
     ASSERT_TRUE(out.has_value());
     ASSERT_EQ(out->size(), 3u);
@@ -71,7 +73,9 @@ TEST_F(PlanParserTest, EveryBadInputIsRefused) {
     Status st = WriteAll(p, text, &out);
     EXPECT_FALSE(st.ok()) << what;
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << what << ": " << st.ToString();
-    if (what != "data after the end") EXPECT_FALSE(out.has_value()) << what;
+    if (what != "data after the end") {
+      EXPECT_FALSE(out.has_value()) << what;
+    }
     // Refused for good: later writes fail until a new plan starts at offset 0.
     EXPECT_FALSE(p.Write(text.size(), "b/3.jpg\n\n", resolve, &out).ok()) << what;
   }

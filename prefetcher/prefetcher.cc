@@ -18,6 +18,7 @@
 #include "prefetcher/classifier.h"
 #include "prefetcher/epoch_record.h"
 #include "prefetcher/epoch_policy.h"
+#include "prefetcher/read_budget.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -55,9 +56,12 @@ class PrefetcherImpl final : public Prefetcher {
  public:
   PrefetcherImpl(PrefetcherOptions options, cache::Cache* cache,
                  std::shared_ptr<EpochPolicy> policy)
-      : options_(std::move(options)), cache_(cache), policy_(std::move(policy)) {
+      : options_(std::move(options)),
+        cache_(cache),
+        policy_(std::move(policy)),
+        budget_(options_.source_reads_per_s, options_.source_bytes_per_s) {
     if (!options_.record_path.empty()) LoadRecord();
-    if (options_.enabled && options_.open) {
+    if (options_.enabled && options_.open && cache_ != nullptr) {
       for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
     }
   }
@@ -92,6 +96,11 @@ class PrefetcherImpl final : public Prefetcher {
   std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
                                              size_t cursor);
   std::optional<Candidate> NextSequentialLocked();
+  std::optional<Candidate> NextShuffledLocked();
+  // Sorts the catalog by SSD position for this epoch's remaining-set readahead. Called
+  // by one worker with `lock` held; drops it around the index lookups.
+  void OrderByPackLocked(std::unique_lock<std::mutex>& lock);
+  void WaitForBudgetLocked(std::unique_lock<std::mutex>& lock);
   bool HandledLocked(const FileKey& key) const {
     return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
   }
@@ -110,6 +119,7 @@ class PrefetcherImpl final : public Prefetcher {
   const PrefetcherOptions options_;
   cache::Cache* const cache_;
   const std::shared_ptr<EpochPolicy> policy_;  // may be null (no feedback to the tier)
+  ReadBudget budget_;
   std::atomic<int64_t> demand_inflight_{0};
 
   mutable std::mutex mu_;  // lock order: mu_, then the policy's lock
@@ -132,6 +142,12 @@ class PrefetcherImpl final : public Prefetcher {
   std::vector<uint32_t> plan_order_;  // plan as catalog indices
   size_t plan_next_ = 0, plan_cursor_ = 0;
   size_t replay_next_ = 0, replay_cursor_ = 0;
+  // The shuffled pattern's readahead order: catalog indices sorted by SSD position,
+  // valid for epoch `pack_order_epoch_`; catalog entries past its size follow in
+  // first-seen order. shuffled_next_ is a position in that sequence.
+  std::vector<uint32_t> pack_order_;
+  uint64_t pack_order_epoch_ = UINT64_MAX;
+  bool ordering_ = false;  // a worker is computing pack_order_
   size_t shuffled_next_ = 0;
   std::string last_path_;
   std::string listed_dir_;
@@ -140,6 +156,8 @@ class PrefetcherImpl final : public Prefetcher {
   bool save_failed_ = false;  // warned once
   uint64_t prefetched_count_ = 0, prefetch_hits_ = 0, prefetch_refused_ = 0;
   uint64_t prefetch_errors_ = 0, plans_published_ = 0;
+  uint64_t prefetch_source_reads_ = 0;
+  std::chrono::steady_clock::duration budget_wait_{};
   uint64_t plan_fingerprint_ = 0;  // GUARDED_BY(mu_)
 
   std::vector<std::thread> workers_;
@@ -210,6 +228,7 @@ void PrefetcherImpl::NewEpochLocked() {
   plan_index_.clear();
   plan_order_.clear();
   plan_next_ = plan_cursor_ = replay_next_ = replay_cursor_ = shuffled_next_ = 0;
+  pack_order_.clear();
   if (policy_) {
     policy_->SetPlan({});
     policy_->NewEpoch();
@@ -308,6 +327,63 @@ std::optional<Candidate> PrefetcherImpl::NextSequentialLocked() {
   return std::nullopt;
 }
 
+std::optional<Candidate> PrefetcherImpl::NextShuffledLocked() {
+  // The remaining set: files not read this epoch, in pack order, as long as the policy
+  // has room or something already read to evict.
+  const bool ordered = pack_order_epoch_ == epoch_;
+  while (shuffled_next_ < catalog_.size()) {
+    const size_t i = ordered && shuffled_next_ < pack_order_.size() ? pack_order_[shuffled_next_]
+                                                                    : shuffled_next_;
+    const auto& [key, path] = catalog_[i];
+    if (HandledLocked(key) || path.empty()) {
+      ++shuffled_next_;
+      continue;
+    }
+    if (RefusedLocked(key, 0)) return std::nullopt;
+    ++shuffled_next_;
+    prefetched_.insert(key);
+    return Candidate{path, key};
+  }
+  return std::nullopt;
+}
+
+void PrefetcherImpl::OrderByPackLocked(std::unique_lock<std::mutex>& lock) {
+  ordering_ = true;
+  const uint64_t epoch = epoch_;
+  std::vector<FileKey> keys;
+  keys.reserve(catalog_.size());
+  for (const auto& entry : catalog_) keys.push_back(entry.first);
+  lock.unlock();
+  // One index lookup per file (~100k/s); files the SSD tier lacks sort last, stably,
+  // so they keep their first-seen order.
+  std::vector<std::pair<uint64_t, uint32_t>> positions;
+  positions.reserve(keys.size());
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    positions.emplace_back(cache_->SsdPosition(keys[i].dev, keys[i].ino).value_or(UINT64_MAX), i);
+  }
+  std::stable_sort(positions.begin(), positions.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<uint32_t> order;
+  order.reserve(positions.size());
+  for (const auto& p : positions) order.push_back(p.second);
+  lock.lock();
+  ordering_ = false;
+  if (epoch_ != epoch) return;  // a new epoch began meanwhile; the next worker redoes it
+  pack_order_ = std::move(order);
+  pack_order_epoch_ = epoch;
+  shuffled_next_ = 0;  // what was issued meanwhile is skipped as handled
+}
+
+void PrefetcherImpl::WaitForBudgetLocked(std::unique_lock<std::mutex>& lock) {
+  while (!stop_) {
+    const auto delay = budget_.Delay();
+    if (delay <= std::chrono::steady_clock::duration::zero()) return;
+    const auto start = std::chrono::steady_clock::now();
+    cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(delay, kIdleWait));
+    budget_wait_ += std::chrono::steady_clock::now() - start;
+  }
+}
+
 std::optional<Candidate> PrefetcherImpl::NextLocked() {
   switch (PatternLocked()) {
     case Pattern::kPublished:
@@ -316,22 +392,8 @@ std::optional<Candidate> PrefetcherImpl::NextLocked() {
       return NextInOrderLocked(previous_order_, &replay_next_, replay_cursor_);
     case Pattern::kSequential:
       return NextSequentialLocked();
-    case Pattern::kShuffled: {
-      // The remaining set: files not read this epoch, in first-seen (pack) order, as
-      // long as the policy has room or something already read to evict.
-      while (shuffled_next_ < catalog_.size()) {
-        const auto& [key, path] = catalog_[shuffled_next_];
-        if (HandledLocked(key) || path.empty()) {
-          ++shuffled_next_;
-          continue;
-        }
-        if (RefusedLocked(key, 0)) return std::nullopt;
-        ++shuffled_next_;
-        prefetched_.insert(key);
-        return Candidate{path, key};
-      }
-      return std::nullopt;
-    }
+    case Pattern::kShuffled:
+      return NextShuffledLocked();
     case Pattern::kUnknown:
       break;
   }
@@ -344,6 +406,12 @@ void PrefetcherImpl::Work() {
     {
       std::unique_lock lock(mu_);
       while (true) {
+        if (stop_) return;
+        if (PatternLocked() == Pattern::kShuffled && pack_order_epoch_ != epoch_ && !ordering_) {
+          OrderByPackLocked(lock);
+          continue;
+        }
+        WaitForBudgetLocked(lock);
         if (stop_) return;
         if (auto next = NextLocked()) {
           candidate = std::move(*next);
@@ -379,13 +447,15 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     if (accessed_.count(key) != 0) return;  // the reader got there first
     if (!candidate.key) prefetched_.insert(key);
   }
-  auto in_ram = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
+  auto done = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
+  if (done.ok()) budget_.Charge(done->source_reads, done->source_bytes);
   std::lock_guard lock(mu_);
-  if (!in_ram.ok()) {
+  if (!done.ok()) {
     ++prefetch_errors_;
     return;
   }
-  if (*in_ram > 0 && accessed_.count(key) == 0) {
+  prefetch_source_reads_ += done->source_reads;
+  if (done->chunks_in_ram > 0 && accessed_.count(key) == 0) {
     ++prefetched_count_;
     landed_.insert(key);
   }
@@ -401,6 +471,9 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.prefetch_hits = prefetch_hits_;
   s.prefetch_refused = prefetch_refused_;
   s.prefetch_errors = prefetch_errors_;
+  s.prefetch_source_reads = prefetch_source_reads_;
+  s.budget_wait_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(budget_wait_).count());
   s.plans_published = plans_published_;
   s.plan_fingerprint = plan_fingerprint_;
   s.plan_entries = plan_.size();

@@ -15,11 +15,14 @@
 //  - published: the plan's next files after the furthest one read;
 //  - replay: the previous epoch's next files; sequential: the next names in the same
 //    directory (sorted);
-//  - shuffled: files not yet read this epoch, in the order they were first seen (the
-//    order the SSD tier wrote them in, so SSD reads are sequential).
+//  - shuffled: files not yet read this epoch, in the order the SSD tier holds them
+//    (pack, then offset: once per epoch a worker asks the cache's index where each file
+//    lies), so SSD reads run sequentially; files the SSD tier lacks follow, in the order
+//    they were first seen.
 // and call Cache::Prefetch on each, a bounded number at a time (`threads` workers, each
 // one file in flight, on the cache's io_uring path). Demand reads go first: a worker
-// waits while demand reads are in flight. The RAM tier's EpochPolicy (see
+// waits while demand reads are in flight, and source reads stay within an optional
+// budget of reads and bytes per second (read_budget.h). The RAM tier's EpochPolicy (see
 // epoch_policy.h) evicts files already read this epoch first and, with a plan, the one
 // needed furthest in the future; a prefetch that the policy would refuse is not issued,
 // so readahead never evicts something more useful than what it brings.
@@ -85,11 +88,15 @@ struct PrefetcherOptions {
   // Lists the regular files of a directory (relative path, "" for the root), sorted by
   // name; for sequential readahead. Optional.
   std::function<Result<std::vector<std::string>>(const std::string& relative_dir)> list_dir;
-  uint32_t threads = 4;         // readahead workers = files in flight at most
+  uint32_t threads = 4;         // readahead workers = files in flight at most; 0: none
   uint32_t lookahead = 256;     // how far ahead of the reader (files) readahead may go
   uint64_t ram_budget = 1ull << 30;  // the RAM tier's budget (the policy's WouldAdmit)
   uint32_t chunk_size = 1u << 20;    // the cache's chunk size
   bool enabled = true;          // false: track and rank only, never read ahead
+  // The most source reads (chunks) and bytes per second readahead may use; 0: no limit.
+  // Demand reads are never limited.
+  uint64_t source_reads_per_s = 0;
+  uint64_t source_bytes_per_s = 0;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
   // at each epoch boundary, loaded at Create); empty: nothing is kept.
   std::filesystem::path record_path;
@@ -103,6 +110,8 @@ struct PrefetcherStats {
   uint64_t prefetch_hits = 0;     // accesses to files that readahead had brought in
   uint64_t prefetch_refused = 0;  // candidates skipped: the RAM policy would refuse them
   uint64_t prefetch_errors = 0;   // candidates that could not be opened or read
+  uint64_t prefetch_source_reads = 0;  // chunks readahead read from the source
+  uint64_t budget_wait_ms = 0;    // time readahead workers waited for the source budget
   uint64_t plans_published = 0;
   uint64_t plan_entries = 0;      // entries of the current plan
   uint64_t plan_position = 0;     // furthest plan entry read so far

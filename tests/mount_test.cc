@@ -503,6 +503,13 @@ TEST_F(BadInputTest, EachIsRefusedWithExitCode2AndLeavesNothing) {
                 "cache dir");
   ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--bogus-flag"},
                 "bogus-flag");
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--prefetch", "65"},
+                "--prefetch");
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--prefetch-iops", "-3"},
+                "--prefetch-iops");
+  ExpectRefused(
+      {src_.string(), mnt_.string(), "--cache-dir", cache, "--prefetch-bandwidth", "fast"},
+      "--prefetch-bandwidth");
   EXPECT_FALSE(fsys::exists(cache_)) << "a refused mount left its cache dir behind";
 
   // A read-only cache disk.

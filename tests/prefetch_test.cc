@@ -204,6 +204,54 @@ TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {
   EXPECT_GT(s["prefetch_from_ssd"].get<uint64_t>(), 0u) << s.dump();
 }
 
+// --prefetch 0: the "without" side of the readahead benchmark. Nothing is read ahead,
+// not even the SSD tier's read-around, so every read of the restarted mount is an SSD
+// hit; the epoch is still tracked.
+TEST_P(PrefetchTest, PrefetchZeroReadsNothingAhead) {
+  auto names = MakeFiles(300, 1, 32 * 1024);
+  std::sort(names.begin(), names.end());
+  {
+    auto m = MountIt();
+    ASSERT_TRUE(m->ok());
+    for (const auto& name : names) ReadFile(mnt_ / name);
+    ASSERT_TRUE(m->Unmount());
+  }
+  auto m = MountIt({"--prefetch", "0"});
+  ASSERT_TRUE(m->ok());
+  for (const auto& name : names) ASSERT_EQ(ReadFile(mnt_ / name).size(), 32u * 1024);
+  auto s = m->Stats();
+  EXPECT_EQ(s["prefetch_threads"], 0) << s.dump();
+  EXPECT_EQ(s["prefetched"], 0) << s.dump();
+  EXPECT_EQ(s["prefetch_from_ssd"], 0) << s.dump();
+  EXPECT_EQ(s["ssd_read_around"], 0) << s.dump();
+  EXPECT_EQ(s["ssd_hits"], names.size()) << s.dump();
+  EXPECT_EQ(s["source_reads"], 0) << s.dump();
+  EXPECT_EQ(s["epoch_accesses"], names.size()) << s.dump();
+}
+
+// --prefetch-iops: readahead from the source stays within the budget; demand reads
+// are not limited (the epoch completes with every byte right).
+TEST_P(PrefetchTest, ReadaheadFromTheSourceStaysWithinItsBudget) {
+  auto names = MakeFiles(400, 4, 16 * 1024);
+  std::sort(names.begin(), names.end());
+  auto m = MountIt({"--prefetch-iops", "40", "--disk", "0"});
+  ASSERT_TRUE(m->ok());
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& name : names) {
+    ASSERT_EQ(ReadFile(mnt_ / name), RandomBytes(16 * 1024, std::stoi(name.substr(4, 5))));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto s = m->Stats();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(s["prefetch_iops_limit"], 40) << s.dump();
+  // A burst of one second's worth, then 40/s, plus the files in flight.
+  EXPECT_LE(s["prefetch_source_reads"].get<double>(), 40 + 40 * elapsed + 4) << s.dump();
+  // It used the burst and then had to wait (the sequential epoch offered ~270 files).
+  EXPECT_GE(s["prefetch_source_reads"].get<uint64_t>(), 40u) << s.dump();
+  EXPECT_GT(s["prefetch_budget_wait_ms"].get<uint64_t>(), 0u) << s.dump();
+}
+
 INSTANTIATE_TEST_SUITE_P(Consistency, PrefetchTest, ::testing::Values("notify", "open"));
 
 }  // namespace

@@ -1,0 +1,204 @@
+// The Prefetcher's readahead against a real Cache (SSD tier on a temporary directory):
+// the order it reads the remaining set in, --prefetch 0, and the source budget.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fcntl.h>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "cache/testing/test_files.h"
+#include "prefetcher/prefetcher.h"
+
+namespace epochfs::prefetch {
+namespace {
+
+using cache::testing::OpenSourceFile;
+using cache::testing::RandomBytes;
+using cache::testing::TempDir;
+using cache::testing::WriteFile;
+
+std::string Name(uint32_t i) {
+  char name[16];
+  std::snprintf(name, sizeof(name), "f%04u", i);
+  return name;
+}
+
+// `n` small files in a temporary directory, a cache over them, and a prefetcher whose
+// `open` records the order it fetched files in.
+class PrefetcherIo : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kFiles = 400;
+
+  void SetUp() override {
+    std::filesystem::create_directory(dir_ / "src");
+    for (uint32_t i = 0; i < kFiles; ++i) {
+      WriteFile(dir_ / "src" / Name(i), RandomBytes(4096, i));
+      struct stat st;
+      ASSERT_EQ(::stat((dir_ / "src" / Name(i)).c_str(), &st), 0);
+      keys_.push_back(FileKey{st.st_dev, st.st_ino});
+    }
+    cache::testing::WaitUntilFilesSettle();
+  }
+
+  void OpenCache(uint64_t disk_budget) {
+    policy_ = Prefetcher::NewPolicy(64 << 20);
+    cache::CacheOptions o;
+    o.cache_dir = dir_ / "cache";
+    o.ram_budget = 64 << 20;
+    o.disk_budget = disk_budget;
+    o.min_free_bytes = 0;
+    o.ram_policy_override = policy_;
+    auto opened = cache::Cache::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    cache_ = std::move(*opened);
+  }
+
+  // Reads files into the cache in `order` (so the SSD tier writes them in that order).
+  void Fill(const std::vector<uint32_t>& order) {
+    for (uint32_t i : order) {
+      auto src = OpenSourceFile(dir_ / "src" / Name(i));
+      ASSERT_TRUE(cache_->Read(src.file, 0, 4096).ok());
+    }
+    ASSERT_TRUE(cache_->Flush().ok());
+  }
+
+  std::unique_ptr<Prefetcher> StartPrefetcher(PrefetcherOptions o) {
+    o.open = [this](const std::string& path) -> Result<OpenedFile> {
+      {
+        std::lock_guard lock(mu_);
+        opened_.push_back(path);
+      }
+      auto src = OpenSourceFile(dir_ / "src" / path);
+      return OpenedFile{std::move(src.fd), src.file.id};
+    };
+    return Prefetcher::Create(std::move(o), cache_.get(), policy_);
+  }
+
+  void Access(Prefetcher& p, uint32_t i) {
+    p.OnRead(keys_[i], Name(i), 0);
+    p.DemandDone();
+  }
+
+  // Waits until the prefetcher has issued no new fetch for 300 ms (at most 20 s).
+  void WaitQuiet() {
+    size_t last = SIZE_MAX;
+    for (int i = 0; i < 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard lock(mu_);
+      if (opened_.size() == last && i >= 3) return;
+      last = opened_.size();
+    }
+  }
+
+  std::vector<std::string> Opened() {
+    std::lock_guard lock(mu_);
+    return opened_;
+  }
+
+  TempDir dir_;
+  std::vector<FileKey> keys_;
+  std::shared_ptr<cache::EvictionPolicy> policy_;
+  std::unique_ptr<cache::Cache> cache_;
+  std::mutex mu_;
+  std::vector<std::string> opened_;  // GUARDED_BY(mu_)
+};
+
+// The first epoch reads the files in name order; the SSD tier holds them in reverse
+// (written that way). In a shuffled epoch, readahead must read the unread files in the
+// SSD tier's order (reverse), not in the order they were first seen.
+TEST_F(PrefetcherIo, ShuffledReadaheadFollowsPackOrder) {
+  OpenCache(64 << 20);
+  std::vector<uint32_t> reverse(kFiles);
+  std::iota(reverse.rbegin(), reverse.rend(), 0u);
+  Fill(reverse);
+  PrefetcherOptions o;
+  o.threads = 1;  // one fetch at a time: the issue order is the order
+  o.lookahead = kFiles;
+  auto p = StartPrefetcher(std::move(o));
+  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);  // epoch 0: name order (sequential)
+  std::vector<uint32_t> shuffled(kFiles);
+  std::iota(shuffled.begin(), shuffled.end(), 0u);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
+  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);  // epoch 1 begins
+  ASSERT_EQ(p->Stats().epoch, 1u);
+  ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
+  WaitQuiet();
+  const std::vector<std::string> opened = Opened();
+  ASSERT_GE(opened.size(), 150u) << "the remaining set should be read ahead";
+  EXPECT_TRUE(std::is_sorted(opened.rbegin(), opened.rend()))
+      << "not in pack order: " << opened.front() << ", " << opened[1] << ", ...";
+}
+
+// Without an SSD tier there is no pack order: first-seen order it is.
+TEST_F(PrefetcherIo, WithoutSsdTierShuffledReadaheadKeepsFirstSeenOrder) {
+  OpenCache(0);
+  PrefetcherOptions o;
+  o.threads = 1;
+  o.lookahead = kFiles;
+  auto p = StartPrefetcher(std::move(o));
+  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);
+  std::vector<uint32_t> shuffled(kFiles);
+  std::iota(shuffled.begin(), shuffled.end(), 0u);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(8));
+  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+  ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
+  WaitQuiet();
+  const std::vector<std::string> opened = Opened();
+  ASSERT_GE(opened.size(), 150u);
+  EXPECT_TRUE(std::is_sorted(opened.begin(), opened.end()));
+}
+
+TEST_F(PrefetcherIo, ZeroThreadsReadsNothingAhead) {
+  OpenCache(0);
+  PrefetcherOptions o;
+  o.threads = 0;
+  auto p = StartPrefetcher(std::move(o));
+  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);
+  std::vector<uint32_t> shuffled(kFiles);
+  std::iota(shuffled.begin(), shuffled.end(), 0u);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(9));
+  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+  ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);  // still tracked and classified
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(Opened().empty());
+  EXPECT_EQ(p->Stats().prefetched, 0u);
+}
+
+// A budget of 50 source reads per second: readahead of a 400-file remaining set takes
+// several seconds, and in any case never reads faster than the budget allows (one
+// second's burst plus the rate times the elapsed time, plus the file in flight).
+TEST_F(PrefetcherIo, SourceReadsStayWithinTheBudget) {
+  OpenCache(0);
+  PrefetcherOptions o;
+  o.threads = 4;
+  o.lookahead = kFiles;
+  o.source_reads_per_s = 50;
+  auto p = StartPrefetcher(std::move(o));
+  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);
+  // Nothing is in RAM yet (SSD tier off, the accesses above read nothing), so every
+  // fetch of the shuffled epoch reads the source.
+  std::vector<uint32_t> shuffled(kFiles);
+  std::iota(shuffled.begin(), shuffled.end(), 0u);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(10));
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+  ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const PrefetcherStats s = p->Stats();
+    EXPECT_LE(s.prefetch_source_reads, 50 + 50 * elapsed + 4) << "after " << elapsed << " s";
+  }
+  const PrefetcherStats s = p->Stats();
+  EXPECT_GT(s.prefetch_source_reads, 50u);  // it did read (past the burst)
+  EXPECT_GT(s.budget_wait_ms, 0u);          // and it waited for the budget
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch

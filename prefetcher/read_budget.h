@@ -1,0 +1,46 @@
+// ReadBudget: how much source IO readahead may use, so that a shared or IOPS-capped
+// source (an NFS server, a cloud disk with provisioned IOPS, an HDD also serving
+// demand reads) keeps headroom for the reads a trainer is waiting on.
+//
+// Two token buckets, reads per second and bytes per second, charged *after* a fetch
+// (whether a prefetch reads the source or only the SSD tier is known only then): a
+// fetch may drive a bucket into debt, and the next one waits until the debt is paid.
+// Over any window the average stays within the rates; the burst is one second's
+// worth. A rate of 0 means unlimited.
+//
+// Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+namespace epochfs::prefetch {
+
+class ReadBudget {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `now` is injectable for tests.
+  ReadBudget(uint64_t reads_per_s, uint64_t bytes_per_s,
+             std::function<Clock::time_point()> now = Clock::now);
+
+  bool limited() const { return reads_per_s_ != 0 || bytes_per_s_ != 0; }
+
+  // How long the caller must wait before its next source read (zero when in budget).
+  Clock::duration Delay();
+
+  // Records source reads done.
+  void Charge(uint64_t reads, uint64_t bytes);
+
+ private:
+  void RefillLocked(Clock::time_point now);
+
+  const uint64_t reads_per_s_, bytes_per_s_;
+  const std::function<Clock::time_point()> now_;
+  std::mutex mu_;
+  double reads_ = 0, bytes_ = 0;  // tokens; negative = debt. GUARDED_BY(mu_)
+  Clock::time_point last_;        // GUARDED_BY(mu_)
+};
+
+}  // namespace epochfs::prefetch
