@@ -126,6 +126,10 @@ class CacheImpl final : public Cache {
   Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
   Result<PrefetchResult> Prefetch(const SourceFile& file) override;
 
+  uint32_t DemandFillsInFlight() const override {
+    return demand_fills_.load(std::memory_order_relaxed);
+  }
+
   std::optional<uint64_t> SsdPosition(uint64_t dev, uint64_t ino) const override {
     return ssd_ ? ssd_->Position(ChunkKey{dev, ino, 0}) : std::nullopt;
   }
@@ -165,6 +169,7 @@ class CacheImpl final : public Cache {
   std::unordered_map<ChunkKey, std::shared_ptr<Inflight>, ChunkKeyHash>
       inflight_;  // GUARDED_BY(inflight_mu_)
 
+  std::atomic<uint32_t> demand_fills_{0};
   std::atomic<uint64_t> ram_hits_{0}, ram_hit_bytes_{0};
   std::atomic<uint64_t> ssd_hits_{0}, ssd_hit_bytes_{0};
   std::atomic<uint64_t> misses_{0}, miss_bytes_{0};
@@ -193,7 +198,12 @@ Result<ReadBuffer> CacheImpl::Read(const SourceFile& file, uint64_t offset, size
       missing.push_back(i);
     }
   }
-  if (!missing.empty()) EPOCHFS_RETURN_IF_ERROR(FillFromBelow(file, first, missing, pieces));
+  if (!missing.empty()) {
+    demand_fills_.fetch_add(1, std::memory_order_relaxed);
+    Status filled = FillFromBelow(file, first, missing, pieces);
+    demand_fills_.fetch_sub(1, std::memory_order_relaxed);
+    EPOCHFS_RETURN_IF_ERROR(filled);
+  }
   return Assemble(offset, end, first, file, pieces);
 }
 

@@ -151,6 +151,10 @@ class Cache {
   // (for a readahead budget), or the source's error.
   virtual Result<PrefetchResult> Prefetch(const SourceFile& file) = 0;
 
+  // Demand reads (Read(), not Prefetch()) now filling chunks from the SSD tier or the
+  // source: readahead holds back while this is non-zero (demand first).
+  virtual uint32_t DemandFillsInFlight() const = 0;
+
   // Where the SSD tier holds the first chunk of file (dev, ino), as a number that
   // orders entries as they lie on disk (pack, then offset), or nullopt if it holds
   // none. Identity is not checked: this is for ordering reads, not for serving them.

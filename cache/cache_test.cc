@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -651,6 +653,87 @@ TEST_P(CacheTest, SecondCacheOnTheSameDirectoryIsRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, CacheTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "IoUring" : "Pread"; });
+
+}  // namespace
+}  // namespace epochfs::cache
+
+namespace epochfs::cache {
+namespace {
+
+using testing::OpenSource;
+using testing::OpenSourceFile;
+using testing::RandomBytes;
+using testing::TempDir;
+using testing::WaitUntilFilesSettle;
+using testing::WriteFile;
+
+// Source reads wait at a gate until the test opens it.
+class GatedIoEngine final : public IoEngine {
+ public:
+  explicit GatedIoEngine(std::unique_ptr<IoEngine> inner) : inner_(std::move(inner)) {}
+  void Open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  Result<size_t> ReadAt(int fd, void* buf, size_t len, uint64_t offset) override {
+    Wait();
+    return inner_->ReadAt(fd, buf, len, offset);
+  }
+  Status ReadBatch(std::span<ReadOp> ops) override {
+    Wait();
+    return inner_->ReadBatch(ops);
+  }
+  Status WriteAt(int fd, const void* buf, size_t len, uint64_t offset) override {
+    return inner_->WriteAt(fd, buf, len, offset);
+  }
+  Status DataSync(int fd) override { return inner_->DataSync(fd); }
+  bool is_io_uring() const override { return inner_->is_io_uring(); }
+
+ private:
+  void Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+  }
+  const std::unique_ptr<IoEngine> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Readahead holds back while demand reads fill from below: the cache counts those, and
+// only those (a prefetch is not a demand).
+TEST(CacheDemandFills, CountsDemandFillsNotPrefetches) {
+  TempDir dir;
+  WriteFile(dir / "a", RandomBytes(5000, 1));
+  WriteFile(dir / "b", RandomBytes(5000, 2));
+  WaitUntilFilesSettle();
+  auto io = std::make_shared<GatedIoEngine>(NewIoEngine(false));
+  CacheOptions o;
+  o.cache_dir = dir / "cache";
+  o.disk_budget = 0;
+  auto opened = OpenCacheWithIoEngine(o, io);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto& cache = **opened;
+  OpenSource a = OpenSourceFile(dir / "a");
+  OpenSource b = OpenSourceFile(dir / "b");
+  EXPECT_EQ(cache.DemandFillsInFlight(), 0u);
+  std::thread prefetch([&] { ASSERT_TRUE(cache.Prefetch(b.file).ok()); });
+  std::thread demand([&] { ASSERT_TRUE(cache.Read(a.file, 0, 5000).ok()); });
+  for (int i = 0; i < 500 && cache.DemandFillsInFlight() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  // Both are blocked at the gate; only the demand read counts.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cache.DemandFillsInFlight(), 1u);
+  io->Open();
+  prefetch.join();
+  demand.join();
+  EXPECT_EQ(cache.DemandFillsInFlight(), 0u);
+  // A RAM hit is no fill.
+  ASSERT_TRUE(cache.Read(a.file, 0, 5000).ok());
+  EXPECT_EQ(cache.DemandFillsInFlight(), 0u);
+}
 
 }  // namespace
 }  // namespace epochfs::cache

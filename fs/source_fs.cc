@@ -68,26 +68,14 @@ Result<struct ::stat> StatFd(int fd) {
   return st;
 }
 
-// Tells the prefetcher about a demand read for as long as it runs.
-class DemandRead {
- public:
-  DemandRead(prefetch::Prefetcher* prefetcher, const SourceFs& fs, const Inode& inode,
-             uint64_t offset)
-      : prefetcher_(prefetcher) {
-    if (!prefetcher_) return;
-    // The path only matters for a file's first read (offset 0): skip the walk otherwise.
-    prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino},
-                        offset == 0 ? fs.RelativePath(inode) : std::string(), offset);
-  }
-  ~DemandRead() {
-    if (prefetcher_) prefetcher_->DemandDone();
-  }
-  DemandRead(const DemandRead&) = delete;
-  DemandRead& operator=(const DemandRead&) = delete;
-
- private:
-  prefetch::Prefetcher* prefetcher_;
-};
+// Tells the prefetcher about a demand read, before the cache serves it.
+void NoteDemandRead(prefetch::Prefetcher* prefetcher, const SourceFs& fs, const Inode& inode,
+                    uint64_t offset) {
+  if (prefetcher == nullptr) return;
+  // The path only matters for a file's first read (offset 0): skip the walk otherwise.
+  prefetcher->OnRead(prefetch::FileKey{inode.dev, inode.ino},
+                     offset == 0 ? fs.RelativePath(inode) : std::string(), offset);
+}
 
 // Half the fd limit for file nodes' O_PATH fds; the rest is for directories, open
 // files, the cache's packs, RocksDB and sockets.
@@ -436,7 +424,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
-  DemandRead demand(prefetcher_.load(std::memory_order_relaxed), *this, *fh.inode(), offset);
+  NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, *fh.inode(), offset);
   return cache_->Read(cache::SourceFile{fh.fd(), fh.identity()}, offset, size);
 }
 
@@ -489,7 +477,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   if (!inode.ok()) return inode.status();
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
-  DemandRead demand(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
+  NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
   return cache_->Read(cache::SourceFile{opened->first.get(), opened->second}, offset, size);
 }
 

@@ -44,7 +44,7 @@ constexpr double kEpochCoverage = 0.9;
 // In the first epoch there is no previous one: a repeat after this many accesses.
 constexpr size_t kFirstEpochMinAccesses = 16;
 // How long a worker lets demand reads go first before it issues its prefetch anyway.
-constexpr auto kDemandGrace = std::chrono::microseconds(500);
+constexpr auto kDemandGrace = std::chrono::milliseconds(5);
 constexpr auto kIdleWait = std::chrono::milliseconds(20);
 
 struct Candidate {
@@ -82,13 +82,19 @@ class PrefetcherImpl final : public Prefetcher {
   }
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
-  void DemandDone() override { demand_inflight_.fetch_sub(1, std::memory_order_relaxed); }
   void Publish(std::vector<PlannedFile> plan) override;
   PrefetcherStats Stats() const override;
 
  private:
   Pattern PatternLocked() const {
-    return plan_.empty() ? classifier_.pattern() : Pattern::kPublished;
+    if (!plan_.empty()) return Pattern::kPublished;
+    const Pattern pattern = classifier_.pattern();
+    // Until the classifier has seen enough of this epoch, a shuffled last epoch predicts
+    // a shuffled one: readahead starts at once instead of bursting once it is sure.
+    if (pattern == Pattern::kUnknown && previous_pattern_ == Pattern::kShuffled) {
+      return Pattern::kShuffled;
+    }
+    return pattern;
   }
   void NewEpochLocked();
   uint32_t CatalogIndexLocked(const FileKey& file, const std::string& path);
@@ -120,12 +126,12 @@ class PrefetcherImpl final : public Prefetcher {
   cache::Cache* const cache_;
   const std::shared_ptr<EpochPolicy> policy_;  // may be null (no feedback to the tier)
   ReadBudget budget_;
-  std::atomic<int64_t> demand_inflight_{0};
 
   mutable std::mutex mu_;  // lock order: mu_, then the policy's lock
   std::condition_variable cv_;
   bool stop_ = false;  // GUARDED_BY(mu_)
   Classifier classifier_;
+  Pattern previous_pattern_ = Pattern::kUnknown;  // the last epoch's, at its end
   uint64_t epoch_ = 0;
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
   // order). Orders refer to it by index.
@@ -207,6 +213,7 @@ void PrefetcherImpl::SaveRecordLocked() {
 }
 
 void PrefetcherImpl::NewEpochLocked() {
+  previous_pattern_ = PatternLocked();
   previous_order_ = std::move(order_);
   if (!options_.record_path.empty() && previous_order_.size() >= kFirstEpochMinAccesses) {
     SaveRecordLocked();
@@ -237,7 +244,6 @@ void PrefetcherImpl::NewEpochLocked() {
 }
 
 void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {
-  demand_inflight_.fetch_add(1, std::memory_order_relaxed);
   if (offset != 0) return;
   {
     std::lock_guard lock(mu_);
@@ -428,11 +434,11 @@ void PrefetcherImpl::Work() {
 }
 
 void PrefetcherImpl::Fetch(const Candidate& candidate) {
-  // Demand first: give reads in flight a moment before adding source IO.
+  // Demand first: while a demand read is filling from below (a miss on its way from the
+  // SSD tier or the source), add no IO of our own, for up to kDemandGrace.
   const auto deadline = std::chrono::steady_clock::now() + kDemandGrace;
-  while (demand_inflight_.load(std::memory_order_relaxed) > 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  while (cache_->DemandFillsInFlight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   auto opened = options_.open(candidate.path);
   if (!opened.ok()) {

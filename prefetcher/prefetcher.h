@@ -21,7 +21,8 @@
 //    they were first seen.
 // and call Cache::Prefetch on each, a bounded number at a time (`threads` workers, each
 // one file in flight, on the cache's io_uring path). Demand reads go first: a worker
-// waits while demand reads are in flight, and source reads stay within an optional
+// waits (up to 5 ms) while a demand read is filling from the SSD tier or the source
+// (Cache::DemandFillsInFlight), and source reads stay within an optional
 // budget of reads and bytes per second (read_budget.h). The RAM tier's EpochPolicy (see
 // epoch_policy.h) evicts files already read this epoch first and, with a plan, the one
 // needed furthest in the future; a prefetch that the policy would refuse is not issued,
@@ -137,9 +138,8 @@ class Prefetcher {
 
   // A demand read reached the daemon. `path` is the file's path relative to the mount
   // (may be empty when unknown; only needed for offset-0 reads). Call before the cache
-  // read; DemandDone() after it.
+  // read. (Demand-first needs no call after it: the cache counts its demand fills.)
   virtual void OnRead(const FileKey& file, const std::string& path, uint64_t offset) = 0;
-  virtual void DemandDone() = 0;
 
   // Replaces the plan and starts a new epoch with it (an empty plan drops it).
   virtual void Publish(std::vector<PlannedFile> plan) = 0;

@@ -21,7 +21,6 @@ void Access(Prefetcher& p, uint32_t i) {
   char path[32];
   std::snprintf(path, sizeof(path), "d/%06u.jpg", i);
   p.OnRead(FileKey{1, 100 + i}, path, 0);
-  p.DemandDone();
 }
 
 TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
@@ -32,7 +31,6 @@ TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
   EXPECT_EQ(p->Stats().pattern, Pattern::kSequential);
   // Later reads of a file (offset > 0) are not accesses and do not end the epoch.
   p->OnRead(FileKey{1, 100}, "", 4096);
-  p->DemandDone();
   EXPECT_EQ(p->Stats().epoch, 0u);
 
   // A shuffled epoch: the first repeat starts epoch 1.

@@ -8,18 +8,16 @@ ReadBudget::ReadBudget(uint64_t reads_per_s, uint64_t bytes_per_s,
                        std::function<Clock::time_point()> now)
     : reads_per_s_(reads_per_s), bytes_per_s_(bytes_per_s), now_(std::move(now)) {
   last_ = now_();
-  // Start full: the first second's worth may go at once.
-  reads_ = static_cast<double>(reads_per_s_);
-  bytes_ = static_cast<double>(bytes_per_s_);
+  reads_ = ReadBurst();
+  bytes_ = BytesBurst();
 }
 
 void ReadBudget::RefillLocked(Clock::time_point now) {
   const double seconds = std::chrono::duration<double>(now - last_).count();
   last_ = now;
   if (seconds <= 0) return;
-  // Capacity (the burst) is one second's worth.
-  reads_ = std::min<double>(reads_ + seconds * reads_per_s_, reads_per_s_);
-  bytes_ = std::min<double>(bytes_ + seconds * bytes_per_s_, bytes_per_s_);
+  reads_ = std::min<double>(reads_ + seconds * reads_per_s_, ReadBurst());
+  bytes_ = std::min<double>(bytes_ + seconds * bytes_per_s_, BytesBurst());
 }
 
 ReadBudget::Clock::duration ReadBudget::Delay() {

@@ -5,13 +5,16 @@
 // Two token buckets, reads per second and bytes per second, charged *after* a fetch
 // (whether a prefetch reads the source or only the SSD tier is known only then): a
 // fetch may drive a bucket into debt, and the next one waits until the debt is paid.
-// Over any window the average stays within the rates; the burst is one second's
-// worth. A rate of 0 means unlimited.
+// Over any window the average stays within the rates. The burst is kBurst of a
+// second's worth (at least one read): short, because IOPS limits are enforced in short
+// slices too (the kernel's blk-throttle uses 100 ms), and a readahead burst that spends
+// a slice makes the demand reads behind it wait for the next one. 0 means unlimited.
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
 #include <chrono>
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -34,6 +37,9 @@ class ReadBudget {
   void Charge(uint64_t reads, uint64_t bytes);
 
  private:
+  static constexpr double kBurst = 0.1;  // seconds' worth
+  double ReadBurst() const { return std::max(1.0, kBurst * static_cast<double>(reads_per_s_)); }
+  double BytesBurst() const { return kBurst * static_cast<double>(bytes_per_s_); }
   void RefillLocked(Clock::time_point now);
 
   const uint64_t reads_per_s_, bytes_per_s_;

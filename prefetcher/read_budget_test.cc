@@ -30,14 +30,14 @@ TEST(ReadBudget, UnlimitedNeverWaits) {
 TEST(ReadBudget, ReadsPerSecondHoldOnAverage) {
   FakeClock clock;
   ReadBudget budget(100, 0, clock.fn());
-  // The first second's worth goes at once (the burst) ...
-  for (int i = 0; i < 100; ++i) {
+  // A tenth of a second's worth goes at once (the burst) ...
+  for (int i = 0; i < 10; ++i) {
     ASSERT_EQ(budget.Delay(), Clock::duration::zero()) << i;
     budget.Charge(1, 1 << 20);
   }
   // ... then one read per 10 ms.
   EXPECT_NEAR(Seconds(budget.Delay()), 0.010, 1e-6);
-  // Simulate a reader that always waits as told: 1000 reads take ~10 s.
+  // A reader that always waits as told: 1000 more reads take ~10 s.
   int reads = 0;
   const auto start = clock.t;
   while (reads < 1000) {
@@ -51,19 +51,19 @@ TEST(ReadBudget, ReadsPerSecondHoldOnAverage) {
 
 TEST(ReadBudget, BytesDebtIsPaidBeforeTheNextRead) {
   FakeClock clock;
-  ReadBudget budget(0, 1 << 20, clock.fn());  // 1 MiB/s
+  ReadBudget budget(0, 10 << 20, clock.fn());  // 10 MiB/s: a burst of 1 MiB
   EXPECT_EQ(budget.Delay(), Clock::duration::zero());
-  budget.Charge(1, 3 << 20);  // 1 MiB of tokens, 3 MiB read: 2 s of debt
-  EXPECT_NEAR(Seconds(budget.Delay()), 2.0, 1e-6);
-  clock.t += milliseconds(1500);
-  EXPECT_NEAR(Seconds(budget.Delay()), 0.5, 1e-6);
-  clock.t += milliseconds(500);
+  budget.Charge(1, 3 << 20);  // 1 MiB of tokens, 3 MiB read: 0.2 s of debt
+  EXPECT_NEAR(Seconds(budget.Delay()), 0.2, 1e-6);
+  clock.t += milliseconds(150);
+  EXPECT_NEAR(Seconds(budget.Delay()), 0.05, 1e-6);
+  clock.t += milliseconds(50);
   EXPECT_EQ(budget.Delay(), Clock::duration::zero());
 }
 
-TEST(ReadBudget, IdleTimeBanksAtMostOneSecond) {
+TEST(ReadBudget, IdleTimeBanksAtMostATenthOfASecond) {
   FakeClock clock;
-  ReadBudget budget(10, 0, clock.fn());
+  ReadBudget budget(100, 0, clock.fn());
   budget.Charge(10, 0);
   clock.t += std::chrono::hours(1);  // an hour idle still allows only a 10-read burst
   for (int i = 0; i < 10; ++i) {
@@ -73,11 +73,19 @@ TEST(ReadBudget, IdleTimeBanksAtMostOneSecond) {
   EXPECT_GT(budget.Delay(), Clock::duration::zero());
 }
 
+TEST(ReadBudget, SlowRatesStillAllowOneRead) {
+  FakeClock clock;
+  ReadBudget budget(2, 0, clock.fn());  // a tenth of a second's worth is 0.2 reads
+  EXPECT_EQ(budget.Delay(), Clock::duration::zero());
+  budget.Charge(1, 0);
+  EXPECT_NEAR(Seconds(budget.Delay()), 0.5, 1e-6);
+}
+
 TEST(ReadBudget, TheStricterBucketWins) {
   FakeClock clock;
-  ReadBudget budget(1000, 1000, clock.fn());  // 1000 reads/s but only 1000 bytes/s
-  budget.Charge(1, 3000);
-  EXPECT_NEAR(Seconds(budget.Delay()), 2.0, 1e-6);
+  ReadBudget budget(1000, 10000, clock.fn());  // 1000 reads/s but only 10000 bytes/s
+  budget.Charge(1, 3000);  // 1000 bytes of tokens: 0.2 s of debt
+  EXPECT_NEAR(Seconds(budget.Delay()), 0.2, 1e-6);
 }
 
 }  // namespace
