@@ -1,11 +1,11 @@
-"""One paced, shuffled epoch: the reader the quick prefetcher benchmarks share.
+"""One paced epoch: the reader of the prefetcher benchmark (prefetch_bench.py).
 
 `readers` threads take the next file of `order` (names relative to `root`), read it
 whole unbuffered, then "compute" for `compute` seconds (None: not at all), like a
 DataLoader worker whose training step consumes samples at a fixed rate. Returns the
 epoch's wall time.
-Imported by cache_fraction_quick.py and throttled_hit_quick.py, in-process and from
-the latter's baseline child (which must run in its own memory cgroup).
+Imported by prefetch_bench.py, in-process and from its page-cache baseline's child
+process (which must run in its own memory cgroup).
 """
 import os
 import threading

@@ -12,7 +12,10 @@ on a 300-IOPS source: 1.5x what the source can serve). Side by side:
     cgroup limited to ``c`` of the data set (plus the interpreter's own ~24 MiB): the LRU
     baseline;
   * epochfs: the mount with ``--ram c*dataset --disk 0`` and an unmodified reader;
-  * epochfs + plan: the same, with each epoch's order written to ``.epochfs/plan``.
+  * epochfs + plan: the same, with each epoch's order written to ``.epochfs/plan``;
+  * epochfs, budget: the unmodified reader again, with readahead limited to
+    ``--budget-iops`` source reads per second (default: half the source's IOPS), which
+    leaves demand misses room in every throttle slice (see docs/benchmarks.md).
 
 Per epoch: the hit ratio (epochfs: reads served from RAM; page cache: 1 - source bytes /
 data set), source bytes / data set (the loop device's sector count: ground truth) and
@@ -24,6 +27,8 @@ Part 2, sequential readahead. The SSD tier holds the whole data set (filled once
 is cold (a fresh mount) and the page cache dropped; one reader reads every file in name
 order with no compute (a validation pass), with readahead (the default) and with
 ``--prefetch 0`` (no readahead, no read-around), alternating, ``--seq-repeats`` times.
+After each readahead run, the same mount is read again with the page cache dropped but
+the RAM tier warm: the ceiling readahead could reach (every file a RAM hit).
 
 Prints a table with the issue's targets, writes docs/bench/prefetch_bench.json and
 docs/bench/prefetch_bench.png.
@@ -114,6 +119,7 @@ class Bench:
         self.mnt = self.ws.path("mnt")
         os.makedirs(self.mnt)
         self.compute = a.readers / a.rate  # seconds per sample per reader
+        self.budget_iops = a.budget_iops or max(1, a.iops // 2)
 
     def sectors(self):
         with open(f"/sys/block/{self.loop.name}/stat") as f:
@@ -160,10 +166,12 @@ class Bench:
         drop_caches()
         handle.release()
 
-    def run_epochfs(self, c, publish):
+    def run_epochfs(self, c, publish, budget=False):
         a = self.args
-        cache_dir = self.ws.path(f"cache-{c}-{int(publish)}")
-        self.mount(cache_dir, "--ram", str(int(c * self.total)), "--disk", "0", *a.epochfs_arg)
+        cache_dir = self.ws.path(f"cache-{c}-{int(publish)}-{int(budget)}")
+        extra = ["--prefetch-iops", str(self.budget_iops)] if budget else []
+        self.mount(cache_dir, "--ram", str(int(c * self.total)), "--disk", "0", *extra,
+                   *a.epochfs_arg)
         try:
             for epoch in range(a.epochs):
                 order = self.order(epoch)
@@ -178,7 +186,8 @@ class Bench:
                                                        "source_bytes", "prefetched",
                                                        "prefetch_source_reads")}
                 reads = d["ram_hits"] + d["ssd_hits"] + d["misses"]
-                self.add("epochfs + plan" if publish else "epochfs", c, epoch, secs,
+                config = "epochfs + plan" if publish else "epochfs, budget" if budget else "epochfs"
+                self.add(config, c, epoch, secs,
                          d["ram_hits"] / max(reads, 1), (s1 - s0) * 512 / self.total,
                          extra={"daemon_source_bytes_per_dataset": d["source_bytes"] / self.total,
                                 "pattern": after.get("pattern"), "misses": d["misses"],
@@ -212,15 +221,21 @@ class Bench:
                 s0 = self.sectors()
                 secs = read_epoch(self.mnt, names, 1)
                 s, s1 = self.stats(), self.sectors()
+                ceiling = None
+                if readahead:  # every file is in RAM now: the best readahead could do
+                    drop_caches()
+                    ceiling = len(names) / read_epoch(self.mnt, names, 1)
                 self.umount()
                 row = {"readahead": readahead, "repeat": rep, "seconds": round(secs, 3),
+                       "ram_warm_files_per_s": ceiling and round(ceiling, 1),
                        "files_per_s": round(len(names) / secs, 1), "ram_hits": s["ram_hits"],
                        "ssd_hits": s["ssd_hits"], "misses": s["misses"],
                        "pattern": s.get("pattern"), "prefetch_hits": s.get("prefetch_hits"),
                        "source_ios": s1 - s0}
                 self.seq_rows.append(row)
                 log(f"  sequential, readahead {'on ' if readahead else 'off'}: "
-                    f"{row['files_per_s']:8.1f} files/s ({s['ram_hits']} RAM, {s['ssd_hits']} SSD)")
+                    f"{row['files_per_s']:8.1f} files/s ({s['ram_hits']} RAM, {s['ssd_hits']} SSD)"
+                    + (f"; RAM warm: {ceiling:.1f} files/s" if ceiling else ""))
         shutil.rmtree(cache_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ report
@@ -233,16 +248,21 @@ class Bench:
         a = self.args
         out = []
         for c in a.fractions:
-            for config in ("page cache", "epochfs", "epochfs + plan"):
+            for config in ("page cache", "epochfs", "epochfs, budget", "epochfs + plan"):
                 out.append({"config": config, "fraction": c,
                             "hit_ratio": self.steady(config, c, "hit_ratio"),
                             "source_bytes_per_dataset": self.steady(config, c, "source_bytes_per_dataset"),
                             "samples_per_s": self.steady(config, c, "samples_per_s"),
                             "theory": theory(c)})
+        for s in out:
+            base = self.steady("page cache", s["fraction"], "samples_per_s")
+            s["vs_page_cache"] = s["samples_per_s"] / base if base and s["samples_per_s"] else None
         seq_on = [r["files_per_s"] for r in self.seq_rows if r["readahead"]]
         seq_off = [r["files_per_s"] for r in self.seq_rows if not r["readahead"]]
         ratios = [on / off for on, off in zip(seq_on, seq_off)]
+        ceil = [r["ram_warm_files_per_s"] for r in self.seq_rows if r["readahead"]]
         seq = {"files_per_s_on": statistics.median(seq_on) if seq_on else None,
+               "files_per_s_ram_warm": statistics.median(ceil) if ceil else None,
                "files_per_s_off": statistics.median(seq_off) if seq_off else None,
                "speedup_median": statistics.median(ratios) if ratios else None,
                "speedups": ratios}
@@ -274,18 +294,21 @@ class Bench:
         print()
         print(f"Steady-state epochs (mean of epochs 1..{a.epochs - 1}); {a.files} files x {a.size} B, "
               f"{a.iops} IOPS source, {a.readers} readers paced to {a.rate:g} samples/s")
-        print(f"{'c':>5} {'config':15} {'hit ratio':>9} {'theory':>22} {'source/data set':>15} {'samples/s':>9}")
+        print(f"{'c':>5} {'config':15} {'hit ratio':>9} {'theory':>22} {'source/data set':>15} "
+              f"{'samples/s':>9} {'x page cache':>12}")
         for s in summary:
             th = s["theory"]
             fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
             print(f"{s['fraction']:5.2f} {s['config']:15} {fmt(s['hit_ratio'], '9.3f')} "
                   f"{'c ' + format(th['static'], '.2f') + ' c²/2 ' + format(th['lru'], '.2f') + ' rs ' + format(th['remaining_set'], '.2f'):>22} "
-                  f"{fmt(s['source_bytes_per_dataset'], '15.3f')} {fmt(s['samples_per_s'], '9.1f')}")
+                  f"{fmt(s['source_bytes_per_dataset'], '15.3f')} {fmt(s['samples_per_s'], '9.1f')} "
+                  f"{fmt(s['vs_page_cache'], '12.2f')}")
         if seq["speedup_median"] is not None:
             print(f"\nSequential epoch, SSD warm, RAM and page cache cold, 1 reader: "
                   f"{seq['files_per_s_on']:.0f} files/s with readahead, {seq['files_per_s_off']:.0f} "
                   f"without: {seq['speedup_median']:.2f}x (runs: "
-                  + ", ".join(f"{r:.2f}x" for r in seq["speedups"]) + ")")
+                  + ", ".join(f"{r:.2f}x" for r in seq["speedups"]) + "); ceiling (RAM tier "
+                  f"warm): {seq['files_per_s_ram_warm']:.0f} files/s")
         print("\nTargets")
         for t in targets:
             v = "-" if t["value"] is None else f"{t['value']:.3f}"
@@ -308,7 +331,7 @@ class Bench:
         import matplotlib.pyplot as plt
         xs = [i / 100 for i in range(5, 101)]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        styles = {"page cache": "s", "epochfs": "o", "epochfs + plan": "^"}
+        styles = {"page cache": "s", "epochfs": "o", "epochfs, budget": "v", "epochfs + plan": "^"}
         for config, marker in styles.items():
             pts = [(s["fraction"], s["hit_ratio"], s["source_bytes_per_dataset"]) for s in summary
                    if s["config"] == config and s["hit_ratio"] is not None]
@@ -346,6 +369,8 @@ class Bench:
                     self.run_baseline(c)
                 if "epochfs" in self.args.configs:
                     self.run_epochfs(c, publish=False)
+                if "budget" in self.args.configs:
+                    self.run_epochfs(c, publish=False, budget=True)
                 if "plan" in self.args.configs:
                     self.run_epochfs(c, publish=True)
             if self.args.seq_repeats > 0:
@@ -367,8 +392,10 @@ def parse_args(argv=None):
     p.add_argument("--readers", type=int, default=4)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.75])
     p.add_argument("--epochs", type=int, default=4, help="per configuration; the first is cold")
-    p.add_argument("--configs", nargs="+", default=["baseline", "epochfs", "plan"],
-                   choices=["baseline", "epochfs", "plan"])
+    p.add_argument("--configs", nargs="+", default=["baseline", "epochfs", "budget", "plan"],
+                   choices=["baseline", "epochfs", "budget", "plan"])
+    p.add_argument("--budget-iops", type=int, default=0,
+                   help="--prefetch-iops of the 'budget' config (default: half of --iops)")
     p.add_argument("--seq-files", type=int, default=0, help="files in the sequential part (0: all)")
     p.add_argument("--seq-repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)

@@ -16,6 +16,9 @@ const std::map<std::string, std::string>& ValueOptions() {
       {"cache_dir", "--cache-dir"},
       {"chunk_size", "--chunk-size"},
       {"readahead", "--readahead"},
+      {"prefetch", "--prefetch"},
+      {"prefetch_iops", "--prefetch-iops"},
+      {"prefetch_bandwidth", "--prefetch-bandwidth"},
       {"consistency", "--consistency"},
       {"log_level", "--log-level"},
       {"log_file", "--log-file"},
@@ -135,6 +138,7 @@ Result<std::vector<std::string>> TranslateFstabOptions(const HelperInvocation& i
     if (inv.sloppy) continue;
     return Status::InvalidArgument(
         fmt::format("unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, readahead=, "
+                    "prefetch=, prefetch_iops=, prefetch_bandwidth=, "
                     "consistency=, log_level=, log_file=, attr_timeout=, entry_timeout=, threads=, "
                     "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring)",
                     opt));

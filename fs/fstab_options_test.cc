@@ -21,6 +21,12 @@ TEST(FstabOptions, TranslatesTheIssueExample) {
                                       "--cache-dir", "/nvme/epochfs"}));
 }
 
+TEST(FstabOptions, PrefetchOptions) {
+  EXPECT_EQ(Translate({"/s", "/m", "-o", "prefetch=8,prefetch_iops=250,prefetch_bandwidth=100M"}),
+            (std::vector<std::string>{"mount", "/s", "/m", "--prefetch", "8", "--prefetch-iops",
+                                      "250", "--prefetch-bandwidth", "100M"}));
+}
+
 TEST(FstabOptions, FlagsValuesAndIgnoredOptions) {
   EXPECT_EQ(
       Translate({"/s", "/m", "-n", "-o",

@@ -130,6 +130,8 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
     j["plans_published"] = p.plans_published;
     j["plan_entries"] = p.plan_entries;
     j["plan_position"] = p.plan_position;
+    j["readahead_window"] = p.readahead_window;
+    j["access_rate"] = p.access_rate;
     j["plan_fingerprint"] = fmt::format("{:016x}", p.plan_fingerprint);
   }
   // ---- end prefetcher ----

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -46,6 +47,12 @@ constexpr size_t kFirstEpochMinAccesses = 16;
 // How long a worker lets demand reads go first before it issues its prefetch anyway.
 constexpr auto kDemandGrace = std::chrono::milliseconds(5);
 constexpr auto kIdleWait = std::chrono::milliseconds(20);
+// The ordered patterns' readahead window: this much of the reader's consumption, at
+// least kMinWindow files (and at most PrefetcherOptions::lookahead). The rate is
+// re-measured every kRatePeriod and smoothed.
+constexpr double kLeadSeconds = 1.0;
+constexpr uint32_t kMinWindow = 16;
+constexpr auto kRatePeriod = std::chrono::milliseconds(250);
 
 struct Candidate {
   std::string path;
@@ -107,6 +114,13 @@ class PrefetcherImpl final : public Prefetcher {
   // by one worker with `lock` held; drops it around the index lookups.
   void OrderByPackLocked(std::unique_lock<std::mutex>& lock);
   void WaitForBudgetLocked(std::unique_lock<std::mutex>& lock);
+  uint32_t WindowLocked() const {
+    if (access_rate_ <= 0) return options_.lookahead;  // not measured yet
+    const double files = std::ceil(access_rate_ * kLeadSeconds);
+    return static_cast<uint32_t>(std::clamp<double>(
+        files, std::min(kMinWindow, options_.lookahead), options_.lookahead));
+  }
+  void CountAccessLocked();
   bool HandledLocked(const FileKey& key) const {
     return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
   }
@@ -156,6 +170,9 @@ class PrefetcherImpl final : public Prefetcher {
   bool ordering_ = false;  // a worker is computing pack_order_
   size_t shuffled_next_ = 0;
   std::string last_path_;
+  double access_rate_ = 0;  // files/s, smoothed; 0: not measured yet
+  uint64_t rate_count_ = 0;
+  std::chrono::steady_clock::time_point rate_since_ = std::chrono::steady_clock::now();
   std::string listed_dir_;
   std::vector<std::string> listed_names_;  // of listed_dir_, sorted
   uint32_t inflight_ = 0;  // candidates handed to workers and not finished
@@ -257,6 +274,7 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
       NewEpochLocked();
     }
     accessed_.insert(file);
+    CountAccessLocked();
     const uint32_t index = CatalogIndexLocked(file, path);
     order_.push_back(index);
     classifier_.Access(file, catalog_[index].second);
@@ -271,6 +289,17 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
     if (landed_.erase(file) != 0) ++prefetch_hits_;
   }
   cv_.notify_all();
+}
+
+void PrefetcherImpl::CountAccessLocked() {
+  ++rate_count_;
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - rate_since_).count();
+  if (seconds < std::chrono::duration<double>(kRatePeriod).count()) return;
+  const double rate = static_cast<double>(rate_count_) / seconds;
+  access_rate_ = access_rate_ <= 0 ? rate : 0.5 * access_rate_ + 0.5 * rate;
+  rate_count_ = 0;
+  rate_since_ = now;
 }
 
 void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
@@ -298,9 +327,9 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
 
 std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uint32_t>& order,
                                                            size_t* next, size_t cursor) {
-  // Everything before *next is handled; look no further than `lookahead` past the reader.
+  // Everything before *next is handled; look no further than the window past the reader.
   while (*next < order.size() && HandledLocked(catalog_[order[*next]].first)) ++*next;
-  const size_t end = std::min(order.size(), cursor + 1 + options_.lookahead);
+  const size_t end = std::min(order.size(), cursor + 1 + WindowLocked());
   for (size_t i = *next; i < end; ++i) {
     const auto& [key, path] = catalog_[order[i]];
     if (HandledLocked(key) || path.empty()) continue;
@@ -324,7 +353,8 @@ std::optional<Candidate> PrefetcherImpl::NextSequentialLocked() {
     listed_names_ = std::move(*names);
   }
   auto it = std::upper_bound(listed_names_.begin(), listed_names_.end(), name);
-  for (uint32_t n = 0; it != listed_names_.end() && n < options_.lookahead; ++it, ++n) {
+  const uint32_t window = WindowLocked();
+  for (uint32_t n = 0; it != listed_names_.end() && n < window; ++it, ++n) {
     std::string path = dir.empty() ? *it : dir + "/" + *it;
     if (prefetched_paths_.count(path) != 0) continue;
     prefetched_paths_.insert(path);
@@ -484,6 +514,8 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.plan_fingerprint = plan_fingerprint_;
   s.plan_entries = plan_.size();
   s.plan_position = plan_cursor_;
+  s.readahead_window = WindowLocked();
+  s.access_rate = access_rate_;
   return s;
 }
 

@@ -90,7 +90,10 @@ struct PrefetcherOptions {
   // name; for sequential readahead. Optional.
   std::function<Result<std::vector<std::string>>(const std::string& relative_dir)> list_dir;
   uint32_t threads = 4;         // readahead workers = files in flight at most; 0: none
-  uint32_t lookahead = 256;     // how far ahead of the reader (files) readahead may go
+  // How far ahead of the reader (files) readahead may go in an ordered pattern
+  // (published, replay, sequential). Within it, the window follows the reader's rate:
+  // about one second of its consumption, at least 16 files.
+  uint32_t lookahead = 256;
   uint64_t ram_budget = 1ull << 30;  // the RAM tier's budget (the policy's WouldAdmit)
   uint32_t chunk_size = 1u << 20;    // the cache's chunk size
   bool enabled = true;          // false: track and rank only, never read ahead
@@ -116,6 +119,8 @@ struct PrefetcherStats {
   uint64_t plans_published = 0;
   uint64_t plan_entries = 0;      // entries of the current plan
   uint64_t plan_position = 0;     // furthest plan entry read so far
+  uint32_t readahead_window = 0;  // files ahead of the reader, ordered patterns (see lookahead)
+  double access_rate = 0;         // files first read per second, smoothed
   // XXH3-64 of the current plan's paths, each followed by '\n', in plan order (0: no
   // plan): lets a publisher check that the mount got exactly the order it sent.
   uint64_t plan_fingerprint = 0;

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 
 namespace epochfs::prefetch {
 namespace {
@@ -51,6 +52,49 @@ TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
   EXPECT_EQ(p->Stats().epoch, 2u);
   EXPECT_EQ(p->Stats().epoch_accesses, n);
   EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
+}
+
+// The classifier needs 128 accesses of an epoch to name it; until then a shuffled last
+// epoch predicts a shuffled one, so readahead need not wait (and then burst).
+TEST(Prefetcher, AShuffledEpochPredictsTheNextOneUntilTheClassifierKnows) {
+  auto p = Tracker();
+  const uint32_t n = 600;
+  for (uint32_t i = 0; i < n; ++i) Access(*p, i);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kSequential);
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  for (uint32_t k = 0; k < 10; ++k) Access(*p, order[k]);  // epoch 1: too early to know
+  EXPECT_EQ(p->Stats().epoch, 1u);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kUnknown);  // a sequential epoch predicts nothing
+  for (uint32_t k = 10; k < n; ++k) Access(*p, order[k]);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
+  std::shuffle(order.begin(), order.end(), std::mt19937(6));
+  for (uint32_t k = 0; k < 10; ++k) Access(*p, order[k]);  // epoch 2
+  EXPECT_EQ(p->Stats().epoch, 2u);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
+}
+
+// The ordered patterns' window follows the reader: about a second of its consumption,
+// at least 16 files, at most the lookahead (256).
+TEST(Prefetcher, ReadaheadWindowFollowsTheReadersRate) {
+  auto p = Tracker();
+  EXPECT_EQ(p->Stats().readahead_window, 256u);  // not measured yet
+  // ~50 files/s (slower on a loaded machine, never faster).
+  for (uint32_t i = 0; i < 40; ++i) {
+    Access(*p, i);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(p->Stats().access_rate, 0.0);
+  EXPECT_GE(p->Stats().readahead_window, 16u);
+  EXPECT_LE(p->Stats().readahead_window, 60u);
+  // Then thousands of files/s: the window opens up to the lookahead.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+  for (uint32_t i = 40; std::chrono::steady_clock::now() < until; ++i) {
+    Access(*p, i);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  EXPECT_EQ(p->Stats().readahead_window, 256u);
 }
 
 TEST(Prefetcher, PublishedPlanStartsAnEpochAndTracksPosition) {
@@ -130,6 +174,7 @@ TEST(Prefetcher, ARestartedDaemonRecognisesAReplayInItsFirstEpoch) {
   for (uint32_t i : order) Access(*p, i);
   EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
   EXPECT_EQ(p->Stats().epoch, 0u);
+  p.reset();  // it records at exit: before the directory goes
   std::filesystem::remove_all(dir);
 }
 
