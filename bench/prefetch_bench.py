@@ -12,10 +12,11 @@ on a 300-IOPS source: 1.5x what the source can serve). Side by side:
     cgroup limited to ``c`` of the data set (plus the interpreter's own ~24 MiB): the LRU
     baseline;
   * epochfs: the mount with ``--ram c*dataset --disk 0`` and an unmodified reader;
-  * epochfs + plan: the same, with each epoch's order written to ``.epochfs/plan``;
-  * epochfs, budget: the unmodified reader again, with readahead limited to
-    ``--budget-iops`` source reads per second (default: half the source's IOPS), which
-    leaves demand misses room in every throttle slice (see docs/benchmarks.md).
+    readahead paced by its own source latency (the default);
+  * epochfs, unpaced: the same with ``--no-prefetch-pacing``: readahead reads the
+    source as fast as the RAM policy lets it (see docs/benchmarks.md for why that is
+    slower on a throttled source);
+  * epochfs + plan: each epoch's order written to ``.epochfs/plan``.
 
 Per epoch: the hit ratio (epochfs: reads served from RAM; page cache: 1 - source bytes /
 data set), source bytes / data set (the loop device's sector count: ground truth) and
@@ -119,7 +120,6 @@ class Bench:
         self.mnt = self.ws.path("mnt")
         os.makedirs(self.mnt)
         self.compute = a.readers / a.rate  # seconds per sample per reader
-        self.budget_iops = a.budget_iops or max(1, a.iops // 2)
 
     def sectors(self):
         with open(f"/sys/block/{self.loop.name}/stat") as f:
@@ -166,10 +166,10 @@ class Bench:
         drop_caches()
         handle.release()
 
-    def run_epochfs(self, c, publish, budget=False):
+    def run_epochfs(self, c, publish, unpaced=False):
         a = self.args
-        cache_dir = self.ws.path(f"cache-{c}-{int(publish)}-{int(budget)}")
-        extra = ["--prefetch-iops", str(self.budget_iops)] if budget else []
+        cache_dir = self.ws.path(f"cache-{c}-{int(publish)}-{int(unpaced)}")
+        extra = ["--no-prefetch-pacing"] if unpaced else []
         self.mount(cache_dir, "--ram", str(int(c * self.total)), "--disk", "0", *extra,
                    *a.epochfs_arg)
         try:
@@ -186,7 +186,7 @@ class Bench:
                                                        "source_bytes", "prefetched",
                                                        "prefetch_source_reads")}
                 reads = d["ram_hits"] + d["ssd_hits"] + d["misses"]
-                config = "epochfs + plan" if publish else "epochfs, budget" if budget else "epochfs"
+                config = "epochfs + plan" if publish else "epochfs, unpaced" if unpaced else "epochfs"
                 self.add(config, c, epoch, secs,
                          d["ram_hits"] / max(reads, 1), (s1 - s0) * 512 / self.total,
                          extra={"daemon_source_bytes_per_dataset": d["source_bytes"] / self.total,
@@ -248,7 +248,7 @@ class Bench:
         a = self.args
         out = []
         for c in a.fractions:
-            for config in ("page cache", "epochfs", "epochfs, budget", "epochfs + plan"):
+            for config in ("page cache", "epochfs", "epochfs, unpaced", "epochfs + plan"):
                 out.append({"config": config, "fraction": c,
                             "hit_ratio": self.steady(config, c, "hit_ratio"),
                             "source_bytes_per_dataset": self.steady(config, c, "source_bytes_per_dataset"),
@@ -331,7 +331,7 @@ class Bench:
         import matplotlib.pyplot as plt
         xs = [i / 100 for i in range(5, 101)]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        styles = {"page cache": "s", "epochfs": "o", "epochfs, budget": "v", "epochfs + plan": "^"}
+        styles = {"page cache": "s", "epochfs": "o", "epochfs, unpaced": "v", "epochfs + plan": "^"}
         for config, marker in styles.items():
             pts = [(s["fraction"], s["hit_ratio"], s["source_bytes_per_dataset"]) for s in summary
                    if s["config"] == config and s["hit_ratio"] is not None]
@@ -369,8 +369,8 @@ class Bench:
                     self.run_baseline(c)
                 if "epochfs" in self.args.configs:
                     self.run_epochfs(c, publish=False)
-                if "budget" in self.args.configs:
-                    self.run_epochfs(c, publish=False, budget=True)
+                if "unpaced" in self.args.configs:
+                    self.run_epochfs(c, publish=False, unpaced=True)
                 if "plan" in self.args.configs:
                     self.run_epochfs(c, publish=True)
             if self.args.seq_repeats > 0:
@@ -392,10 +392,8 @@ def parse_args(argv=None):
     p.add_argument("--readers", type=int, default=4)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.75])
     p.add_argument("--epochs", type=int, default=4, help="per configuration; the first is cold")
-    p.add_argument("--configs", nargs="+", default=["baseline", "epochfs", "budget", "plan"],
-                   choices=["baseline", "epochfs", "budget", "plan"])
-    p.add_argument("--budget-iops", type=int, default=0,
-                   help="--prefetch-iops of the 'budget' config (default: half of --iops)")
+    p.add_argument("--configs", nargs="+", default=["baseline", "epochfs", "unpaced", "plan"],
+                   choices=["baseline", "epochfs", "unpaced", "plan"])
     p.add_argument("--seq-files", type=int, default=0, help="files in the sequential part (0: all)")
     p.add_argument("--seq-repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)

@@ -136,6 +136,7 @@ const std::map<std::string, Setter>& Setters() {
          o.prefetch_iops = static_cast<uint64_t>(n);
          return "";
        }},
+      {"prefetch_pacing", Bool(&MountOptions::prefetch_pacing)},
       {"prefetch_bandwidth", Size([](uint64_t n, MountOptions& o) { o.prefetch_bandwidth = n; })},
       {"read_only", Bool(&MountOptions::read_only)},
       {"allow_other", Bool(&MountOptions::allow_other)},

@@ -39,6 +39,7 @@ const std::map<std::string, std::string>& FlagOptions() {
       {"read_only", "--read-only"},
       {"allow_other", "--allow-other"},
       {"no_io_uring", "--no-io-uring"},
+      {"no_prefetch_pacing", "--no-prefetch-pacing"},
       {"metrics_allow_remote", "--metrics-allow-remote"},
   };
   return m;
@@ -140,7 +141,7 @@ Result<std::vector<std::string>> TranslateFstabOptions(const HelperInvocation& i
         fmt::format("unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, readahead=, "
                     "prefetch=, prefetch_iops=, prefetch_bandwidth=, "
                     "consistency=, log_level=, log_file=, attr_timeout=, entry_timeout=, threads=, "
-                    "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring)",
+                    "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring, no_prefetch_pacing)",
                     opt));
   }
   return out;

@@ -22,9 +22,11 @@ TEST(FstabOptions, TranslatesTheIssueExample) {
 }
 
 TEST(FstabOptions, PrefetchOptions) {
-  EXPECT_EQ(Translate({"/s", "/m", "-o", "prefetch=8,prefetch_iops=250,prefetch_bandwidth=100M"}),
+  EXPECT_EQ(Translate({"/s", "/m", "-o",
+                       "prefetch=8,prefetch_iops=250,prefetch_bandwidth=100M,no_prefetch_pacing"}),
             (std::vector<std::string>{"mount", "/s", "/m", "--prefetch", "8", "--prefetch-iops",
-                                      "250", "--prefetch-bandwidth", "100M"}));
+                                      "250", "--prefetch-bandwidth", "100M",
+                                      "--no-prefetch-pacing"}));
 }
 
 TEST(FstabOptions, FlagsValuesAndIgnoredOptions) {

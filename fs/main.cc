@@ -384,6 +384,7 @@ int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
   }
   if (!given("--prefetch")) options.prefetch_threads = file.prefetch_threads;
   if (!given("--prefetch-iops")) options.prefetch_iops = file.prefetch_iops;
+  if (!given("--no-prefetch-pacing")) options.prefetch_pacing = file.prefetch_pacing;
   if (!given("--read-only")) options.read_only = file.read_only;
   if (!given("--allow-other")) options.allow_other = file.allow_other;
   if (!given("--no-io-uring")) options.use_io_uring = file.use_io_uring;
@@ -434,6 +435,10 @@ int main(int argc, char** argv) {
                     "Most source reads per second readahead may use, leaving the rest to "
                     "demand reads (0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  bool no_prefetch_pacing = false;
+  mount->add_flag("--no-prefetch-pacing", no_prefetch_pacing,
+                  "Let readahead read the source as fast as it can, instead of pacing it below "
+                  "the rate at which its reads start to queue behind each other");
   mount->add_option("--prefetch-bandwidth", prefetch_bandwidth,
                     "Most source bytes per second readahead may use, e.g. 100M (default: no "
                     "limit)");
@@ -536,6 +541,7 @@ int main(int argc, char** argv) {
     mount_options.source = source;
     mount_options.mountpoint = mountpoint;
     mount_options.use_io_uring = !no_io_uring;
+    mount_options.prefetch_pacing = !no_prefetch_pacing;
     mount_options.consistency = consistency == "open"     ? efs::Consistency::kOpen
                                 : consistency == "notify" ? efs::Consistency::kNotify
                                                           : efs::Consistency::kAuto;

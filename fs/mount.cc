@@ -127,6 +127,10 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
     j["prefetch_threads"] = options.prefetch_threads;
     j["prefetch_iops_limit"] = options.prefetch_iops;
     j["prefetch_bandwidth_limit"] = options.prefetch_bandwidth;
+    j["prefetch_pacing"] = options.prefetch_pacing;
+    j["prefetch_pace_reads_per_s"] = p.pace_reads_per_s;
+    j["prefetch_pace_slowdowns"] = p.pace_slowdowns;
+    j["source_base_latency_us"] = p.source_base_latency_us;
     j["plans_published"] = p.plans_published;
     j["plan_entries"] = p.plan_entries;
     j["plan_position"] = p.plan_position;
@@ -272,6 +276,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   prefetch_options.enabled = options.prefetch_threads > 0;
   prefetch_options.source_reads_per_s = options.prefetch_iops;
   prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
+  prefetch_options.pace = options.prefetch_pacing;
   if (!prefetch_options.enabled) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = options.ram_budget;

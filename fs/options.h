@@ -49,6 +49,7 @@ struct MountOptions {
   uint32_t prefetch_threads = 4;
   uint64_t prefetch_iops = 0;
   uint64_t prefetch_bandwidth = 0;
+  bool prefetch_pacing = true;  // pace readahead by its source latency (source_pacer.h)
 
   // Observability (fs/metrics.h): Prometheus text exposition, both off by default.
   std::string metrics_listen;             // "HOST:PORT"; loopback only unless allowed

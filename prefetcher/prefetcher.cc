@@ -20,6 +20,7 @@
 #include "prefetcher/epoch_record.h"
 #include "prefetcher/epoch_policy.h"
 #include "prefetcher/read_budget.h"
+#include "prefetcher/source_pacer.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -66,7 +67,11 @@ class PrefetcherImpl final : public Prefetcher {
       : options_(std::move(options)),
         cache_(cache),
         policy_(std::move(policy)),
-        budget_(options_.source_reads_per_s, options_.source_bytes_per_s) {
+        budget_(options_.pace ? SourcePacer::kStartRate
+                              : static_cast<double>(options_.source_reads_per_s),
+                options_.source_bytes_per_s),
+        pacer_(static_cast<double>(options_.source_reads_per_s)) {
+    if (options_.pace) budget_.SetReadsPerSecond(pacer_.rate());
     if (!options_.record_path.empty()) LoadRecord();
     if (options_.enabled && options_.open && cache_ != nullptr) {
       for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
@@ -140,6 +145,7 @@ class PrefetcherImpl final : public Prefetcher {
   cache::Cache* const cache_;
   const std::shared_ptr<EpochPolicy> policy_;  // may be null (no feedback to the tier)
   ReadBudget budget_;
+  SourcePacer pacer_;  // used when options_.pace
 
   mutable std::mutex mu_;  // lock order: mu_, then the policy's lock
   std::condition_variable cv_;
@@ -483,8 +489,16 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     if (accessed_.count(key) != 0) return;  // the reader got there first
     if (!candidate.key) prefetched_.insert(key);
   }
+  const auto started = std::chrono::steady_clock::now();
   auto done = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
-  if (done.ok()) budget_.Charge(done->source_reads, done->source_bytes);
+  if (done.ok()) {
+    budget_.Charge(done->source_reads, done->source_bytes);
+    // One chunk from the source: its latency is the pacer's signal. (Several chunks go
+    // in one batch whose latency is not one read's; they only pay into the budget.)
+    if (options_.pace && done->source_reads == 1) {
+      budget_.SetReadsPerSecond(pacer_.OnSourceRead(std::chrono::steady_clock::now() - started));
+    }
+  }
   std::lock_guard lock(mu_);
   if (!done.ok()) {
     ++prefetch_errors_;
@@ -508,6 +522,16 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.prefetch_refused = prefetch_refused_;
   s.prefetch_errors = prefetch_errors_;
   s.prefetch_source_reads = prefetch_source_reads_;
+  if (options_.pace) {
+    s.pace_reads_per_s = pacer_.rate();
+    s.pace_slowdowns = pacer_.slowdowns();
+    const auto base = pacer_.base_latency();
+    s.source_base_latency_us =
+        base == std::chrono::steady_clock::duration::max()
+            ? 0
+            : static_cast<uint64_t>(
+                  std::chrono::duration_cast<std::chrono::microseconds>(base).count());
+  }
   s.budget_wait_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(budget_wait_).count());
   s.plans_published = plans_published_;

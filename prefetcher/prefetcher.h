@@ -22,8 +22,9 @@
 // and call Cache::Prefetch on each, a bounded number at a time (`threads` workers, each
 // one file in flight, on the cache's io_uring path). Demand reads go first: a worker
 // waits (up to 5 ms) while a demand read is filling from the SSD tier or the source
-// (Cache::DemandFillsInFlight), and source reads stay within an optional
-// budget of reads and bytes per second (read_budget.h). The RAM tier's EpochPolicy (see
+// (Cache::DemandFillsInFlight), source reads are paced below the rate at which they
+// start to queue (source_pacer.h), and they stay within an optional budget of reads
+// and bytes per second (read_budget.h). The RAM tier's EpochPolicy (see
 // epoch_policy.h) evicts files already read this epoch first and, with a plan, the one
 // needed furthest in the future; a prefetch that the policy would refuse is not issued,
 // so readahead never evicts something more useful than what it brings.
@@ -101,6 +102,10 @@ struct PrefetcherOptions {
   // Demand reads are never limited.
   uint64_t source_reads_per_s = 0;
   uint64_t source_bytes_per_s = 0;
+  // Pace readahead's source reads by their latency, below the point where they queue
+  // (source_pacer.h), so that demand reads find the source idle; source_reads_per_s is
+  // then the pace's ceiling.
+  bool pace = true;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
   // at each epoch boundary, loaded at Create); empty: nothing is kept.
   std::filesystem::path record_path;
@@ -116,6 +121,9 @@ struct PrefetcherStats {
   uint64_t prefetch_errors = 0;   // candidates that could not be opened or read
   uint64_t prefetch_source_reads = 0;  // chunks readahead read from the source
   uint64_t budget_wait_ms = 0;    // time readahead workers waited for the source budget
+  double pace_reads_per_s = 0;    // the pacer's current rate (0: not pacing)
+  uint64_t pace_slowdowns = 0;    // times the pacer saw reads queue and slowed down
+  uint64_t source_base_latency_us = 0;  // the lowest recent readahead source read
   uint64_t plans_published = 0;
   uint64_t plan_entries = 0;      // entries of the current plan
   uint64_t plan_position = 0;     // furthest plan entry read so far

@@ -4,9 +4,9 @@
 
 namespace epochfs::prefetch {
 
-ReadBudget::ReadBudget(uint64_t reads_per_s, uint64_t bytes_per_s,
+ReadBudget::ReadBudget(double reads_per_s, uint64_t bytes_per_s,
                        std::function<Clock::time_point()> now)
-    : reads_per_s_(reads_per_s), bytes_per_s_(bytes_per_s), now_(std::move(now)) {
+    : bytes_per_s_(bytes_per_s), now_(std::move(now)), reads_per_s_(reads_per_s) {
   last_ = now_();
   reads_ = ReadBurst();
   bytes_ = BytesBurst();
@@ -20,9 +20,16 @@ void ReadBudget::RefillLocked(Clock::time_point now) {
   bytes_ = std::min<double>(bytes_ + seconds * bytes_per_s_, BytesBurst());
 }
 
-ReadBudget::Clock::duration ReadBudget::Delay() {
-  if (!limited()) return Clock::duration::zero();
+void ReadBudget::SetReadsPerSecond(double reads_per_s) {
   std::lock_guard lock(mu_);
+  RefillLocked(now_());  // what accrued so far accrued at the old rate
+  reads_per_s_ = reads_per_s;
+  reads_ = std::min(reads_, ReadBurst());
+}
+
+ReadBudget::Clock::duration ReadBudget::Delay() {
+  std::lock_guard lock(mu_);
+  if (!LimitedLocked()) return Clock::duration::zero();
   RefillLocked(now_());
   // Wait until both buckets are out of debt (hold at least one read's worth).
   double seconds = 0;
@@ -32,8 +39,9 @@ ReadBudget::Clock::duration ReadBudget::Delay() {
 }
 
 void ReadBudget::Charge(uint64_t reads, uint64_t bytes) {
-  if (!limited() || (reads == 0 && bytes == 0)) return;
+  if (reads == 0 && bytes == 0) return;
   std::lock_guard lock(mu_);
+  if (!LimitedLocked()) return;
   RefillLocked(now_());
   if (reads_per_s_ != 0) reads_ -= static_cast<double>(reads);
   if (bytes_per_s_ != 0) bytes_ -= static_cast<double>(bytes);

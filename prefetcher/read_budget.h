@@ -8,7 +8,8 @@
 // Over any window the average stays within the rates. The burst is kBurst of a
 // second's worth (at least one read): short, because IOPS limits are enforced in short
 // slices too (the kernel's blk-throttle uses 100 ms), and a readahead burst that spends
-// a slice makes the demand reads behind it wait for the next one. 0 means unlimited.
+// a slice makes the demand reads behind it wait for the next one; 20 ms keeps readahead
+// an even stream. 0 means unlimited.
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once
@@ -25,10 +26,11 @@ class ReadBudget {
  public:
   using Clock = std::chrono::steady_clock;
   // `now` is injectable for tests.
-  ReadBudget(uint64_t reads_per_s, uint64_t bytes_per_s,
+  ReadBudget(double reads_per_s, uint64_t bytes_per_s,
              std::function<Clock::time_point()> now = Clock::now);
 
-  bool limited() const { return reads_per_s_ != 0 || bytes_per_s_ != 0; }
+  // Changes the read rate (the SourcePacer's); 0: unlimited.
+  void SetReadsPerSecond(double reads_per_s);
 
   // How long the caller must wait before its next source read (zero when in budget).
   Clock::duration Delay();
@@ -37,14 +39,16 @@ class ReadBudget {
   void Charge(uint64_t reads, uint64_t bytes);
 
  private:
-  static constexpr double kBurst = 0.1;  // seconds' worth
-  double ReadBurst() const { return std::max(1.0, kBurst * static_cast<double>(reads_per_s_)); }
+  static constexpr double kBurst = 0.02;  // seconds' worth
+  bool LimitedLocked() const { return reads_per_s_ != 0 || bytes_per_s_ != 0; }
+  double ReadBurst() const { return std::max(1.0, kBurst * reads_per_s_); }
   double BytesBurst() const { return kBurst * static_cast<double>(bytes_per_s_); }
   void RefillLocked(Clock::time_point now);
 
-  const uint64_t reads_per_s_, bytes_per_s_;
+  const uint64_t bytes_per_s_;
   const std::function<Clock::time_point()> now_;
   std::mutex mu_;
+  double reads_per_s_;            // GUARDED_BY(mu_)
   double reads_ = 0, bytes_ = 0;  // tokens; negative = debt. GUARDED_BY(mu_)
   Clock::time_point last_;        // GUARDED_BY(mu_)
 };
