@@ -29,6 +29,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +95,10 @@ struct CacheOptions {
   std::shared_ptr<EvictionPolicy> ram_policy_override;
   // Packs are fdatasync'ed, and their index records written, at least this often.
   uint32_t sync_interval_ms = 1000;
+  // Called after a demand read (Read(), not Prefetch()) that had to read the source,
+  // with how long filling it took; readahead pacing watches it. Called on the reading
+  // thread: must be cheap and thread-safe. Optional.
+  std::function<void(std::chrono::steady_clock::duration)> on_demand_source_read;
   // A small entry read from the SSD tier brings its pack neighbours (read in the same
   // aligned window) into RAM too: cheap readahead for files written together.
   bool read_around = true;

@@ -252,6 +252,13 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   // ---- prefetcher (issue #3): its epoch-aware policy ranks the RAM tier ----
   const auto ram_policy = prefetch::Prefetcher::NewPolicy(options.ram_budget);
   cache_options.ram_policy_override = ram_policy;
+  std::shared_ptr<prefetch::SourcePacer> pacer;
+  if (options.prefetch_pacing && options.prefetch_threads > 0) {
+    pacer = std::make_shared<prefetch::SourcePacer>(static_cast<double>(options.prefetch_iops));
+    cache_options.on_demand_source_read = [pacer](std::chrono::steady_clock::duration took) {
+      pacer->OnDemandRead(took);
+    };
+  }
   // ---- end prefetcher ----
   auto cache = cache::Cache::Open(cache_options);
   if (!cache.ok()) return fail(cache.status());
@@ -276,7 +283,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   prefetch_options.enabled = options.prefetch_threads > 0;
   prefetch_options.source_reads_per_s = options.prefetch_iops;
   prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
-  prefetch_options.pace = options.prefetch_pacing;
+  prefetch_options.pacer = pacer;
   if (!prefetch_options.enabled) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = options.ram_budget;

@@ -67,11 +67,8 @@ class PrefetcherImpl final : public Prefetcher {
       : options_(std::move(options)),
         cache_(cache),
         policy_(std::move(policy)),
-        budget_(options_.pace ? SourcePacer::kStartRate
-                              : static_cast<double>(options_.source_reads_per_s),
-                options_.source_bytes_per_s),
-        pacer_(static_cast<double>(options_.source_reads_per_s)) {
-    if (options_.pace) budget_.SetReadsPerSecond(pacer_.rate());
+        budget_(static_cast<double>(options_.source_reads_per_s), options_.source_bytes_per_s),
+        pace_(options_.pacer ? options_.pacer->rate() : 0, 0) {
     if (!options_.record_path.empty()) LoadRecord();
     if (options_.enabled && options_.open && cache_ != nullptr) {
       for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
@@ -144,8 +141,8 @@ class PrefetcherImpl final : public Prefetcher {
   const PrefetcherOptions options_;
   cache::Cache* const cache_;
   const std::shared_ptr<EpochPolicy> policy_;  // may be null (no feedback to the tier)
-  ReadBudget budget_;
-  SourcePacer pacer_;  // used when options_.pace
+  ReadBudget budget_;  // the user's ceiling (PrefetcherOptions::source_*_per_s)
+  ReadBudget pace_;    // the pacer's rate, followed while the pattern is speculative
 
   mutable std::mutex mu_;  // lock order: mu_, then the policy's lock
   std::condition_variable cv_;
@@ -418,7 +415,13 @@ void PrefetcherImpl::OrderByPackLocked(std::unique_lock<std::mutex>& lock) {
 
 void PrefetcherImpl::WaitForBudgetLocked(std::unique_lock<std::mutex>& lock) {
   while (!stop_) {
-    const auto delay = budget_.Delay();
+    // With a plan, readahead reads what is read next, in order: every read is a demand
+    // read done early, and holding it back would only turn it into a demand miss.
+    auto delay = budget_.Delay();
+    if (options_.pacer && PatternLocked() != Pattern::kPublished) {
+      pace_.SetReadsPerSecond(options_.pacer->rate());
+      delay = std::max(delay, pace_.Delay());
+    }
     if (delay <= std::chrono::steady_clock::duration::zero()) return;
     const auto start = std::chrono::steady_clock::now();
     cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(delay, kIdleWait));
@@ -493,10 +496,12 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   auto done = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
   if (done.ok()) {
     budget_.Charge(done->source_reads, done->source_bytes);
-    // One chunk from the source: its latency is the pacer's signal. (Several chunks go
-    // in one batch whose latency is not one read's; they only pay into the budget.)
-    if (options_.pace && done->source_reads == 1) {
-      budget_.SetReadsPerSecond(pacer_.OnSourceRead(std::chrono::steady_clock::now() - started));
+    pace_.Charge(done->source_reads, 0);
+    // One chunk from the source: its latency tells the pacer the source's base latency
+    // and how much readahead uses. (Several chunks go in one batch whose latency is not
+    // one read's.)
+    if (options_.pacer && done->source_reads == 1) {
+      options_.pacer->OnReadaheadRead(std::chrono::steady_clock::now() - started);
     }
   }
   std::lock_guard lock(mu_);
@@ -522,10 +527,10 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.prefetch_refused = prefetch_refused_;
   s.prefetch_errors = prefetch_errors_;
   s.prefetch_source_reads = prefetch_source_reads_;
-  if (options_.pace) {
-    s.pace_reads_per_s = pacer_.rate();
-    s.pace_slowdowns = pacer_.slowdowns();
-    const auto base = pacer_.base_latency();
+  if (options_.pacer) {
+    s.pace_reads_per_s = options_.pacer->rate();
+    s.pace_slowdowns = options_.pacer->slowdowns();
+    const auto base = options_.pacer->base_latency();
     s.source_base_latency_us =
         base == std::chrono::steady_clock::duration::max()
             ? 0

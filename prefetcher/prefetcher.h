@@ -22,8 +22,8 @@
 // and call Cache::Prefetch on each, a bounded number at a time (`threads` workers, each
 // one file in flight, on the cache's io_uring path). Demand reads go first: a worker
 // waits (up to 5 ms) while a demand read is filling from the SSD tier or the source
-// (Cache::DemandFillsInFlight), source reads are paced below the rate at which they
-// start to queue (source_pacer.h), and they stay within an optional budget of reads
+// (Cache::DemandFillsInFlight), speculative source reads are paced below the rate at
+// which demand reads start to queue behind them (source_pacer.h), and they stay within an optional budget of reads
 // and bytes per second (read_budget.h). The RAM tier's EpochPolicy (see
 // epoch_policy.h) evicts files already read this epoch first and, with a plan, the one
 // needed furthest in the future; a prefetch that the policy would refuse is not issued,
@@ -45,6 +45,7 @@
 #include "cache/eviction.h"
 #include "cache/status.h"
 #include "cache/unique_fd.h"
+#include "prefetcher/source_pacer.h"
 
 namespace epochfs::prefetch {
 
@@ -102,10 +103,11 @@ struct PrefetcherOptions {
   // Demand reads are never limited.
   uint64_t source_reads_per_s = 0;
   uint64_t source_bytes_per_s = 0;
-  // Pace readahead's source reads by their latency, below the point where they queue
-  // (source_pacer.h), so that demand reads find the source idle; source_reads_per_s is
-  // then the pace's ceiling.
-  bool pace = true;
+  // Paces readahead's source reads so that demand reads do not queue behind them
+  // (source_pacer.h); null: no pacing. Give the cache the same pacer's OnDemandRead as
+  // CacheOptions::on_demand_source_read: late demand reads are its signal. Not applied
+  // while a plan is followed (readahead then reads exactly what is read next).
+  std::shared_ptr<SourcePacer> pacer;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
   // at each epoch boundary, loaded at Create); empty: nothing is kept.
   std::filesystem::path record_path;

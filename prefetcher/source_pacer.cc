@@ -14,39 +14,53 @@ SourcePacer::SourcePacer(double cap, std::function<Clock::time_point()> now)
       step_start_(bucket_start_),
       period_start_(bucket_start_) {}
 
-double SourcePacer::OnSourceRead(Clock::duration latency) {
-  std::lock_guard lock(mu_);
-  const Clock::time_point now = now_();
+void SourcePacer::NoteLatencyLocked(Clock::time_point now, Clock::duration latency) {
   if (now - bucket_start_ >= kBaseBucket) {
     base_prev_ = base_now_;
     base_now_ = Clock::duration::max();
     bucket_start_ = now;
   }
   base_now_ = std::min(base_now_, latency);
+}
+
+void SourcePacer::StepLocked(Clock::time_point now) {
+  if (now - step_start_ < kStep) return;
+  if (!step_slowed_) {  // a step without a late demand read: a little faster, if used
+    const double ceiling = std::min(cap_, std::max(kMinCeiling, 2 * used_rate_));
+    if (rate_ < ceiling) rate_ = std::min(ceiling, rate_ + std::max(1.0, rate_ / 8));
+  }
+  step_start_ = now;
+  step_slowed_ = false;
+}
+
+void SourcePacer::OnReadaheadRead(Clock::duration latency) {
+  std::lock_guard lock(mu_);
+  const Clock::time_point now = now_();
+  NoteLatencyLocked(now, latency);
   ++period_reads_;
   if (const auto elapsed = now - period_start_; elapsed >= kRatePeriod) {
-    used_rate_ = static_cast<double>(period_reads_) / std::chrono::duration<double>(elapsed).count();
+    used_rate_ =
+        static_cast<double>(period_reads_) / std::chrono::duration<double>(elapsed).count();
     period_reads_ = 0;
     period_start_ = now;
   }
+  StepLocked(now);
+}
+
+void SourcePacer::OnDemandRead(Clock::duration latency) {
+  std::lock_guard lock(mu_);
+  const Clock::time_point now = now_();
+  NoteLatencyLocked(now, latency);
+  StepLocked(now);
   const Clock::duration base = std::min(base_now_, base_prev_);
   const Clock::duration allowed =
-      base + std::max<Clock::duration>(base, std::chrono::duration_cast<Clock::duration>(kMinQueueDelay));
-  if (now - step_start_ >= kStep) {
-    // A step without queueing: a little faster, if the pace is being used.
-    if (!step_slowed_) {
-      const double ceiling = std::min(cap_, std::max(kMinCeiling, 2 * used_rate_));
-      if (rate_ < ceiling) rate_ = std::min(ceiling, rate_ + std::max(1.0, rate_ / 16));
-    }
-    step_start_ = now;
-    step_slowed_ = false;
-  }
-  if (latency > allowed && !step_slowed_) {  // the first queued read of a step cuts
+      base + std::max<Clock::duration>(
+                 base, std::chrono::duration_cast<Clock::duration>(kMinQueueDelay));
+  if (latency > allowed && !step_slowed_) {  // the first late demand read of a step
     rate_ = std::max(kMinRate, rate_ * 3 / 4);
     step_slowed_ = true;
     ++slowdowns_;
   }
-  return rate_;
 }
 
 double SourcePacer::rate() const {

@@ -1,20 +1,21 @@
-// SourcePacer: how many source reads per second readahead may issue so that it yields
-// to demand reads, found from the latency of its own reads (a delay-based controller,
-// as LEDBAT is for background network transfers).
+// SourcePacer: how many source reads per second readahead may issue so that demand
+// reads go first, found from how long demand reads wait (a delay-based controller, as
+// LEDBAT is for background network transfers).
 //
-// Why latency: a source below its capacity answers a read in about its base latency
-// (the lowest seen lately). Once readahead pushes it past its capacity (an IOPS cap
-// enforced in slices, a disk busy with another job), reads queue, their latency climbs,
-// and a demand read arriving then waits behind the queue: on a 300-IOPS throttled disk
-// a demand miss cost ~50 ms instead of ~0.5 ms while readahead ran unpaced. So each
-// readahead read of the source reports its latency. Time is cut in steps of kStep
-// (100 ms): the first read of a step that took longer than base + max(base, 2 ms) cuts
-// the rate by a quarter (a burst of late completions is one event); a step without one
-// raises it by 1/16 (at least 1 read/s), so it climbs back slowly and an overshoot that
-// stalls demand reads is rare. The rate stays between kMinRate and the cap, and never
-// grows past twice the rate readahead actually read at over the last
-// period (kRatePeriod): a pace readahead does not use (the reader is slow, the RAM tier
-// is full) is no evidence that the source could bear it. The base is the minimum over the last 10-20 s (two 10 s buckets), so it
+// Why: a source below its capacity answers a read in about its base latency (the
+// lowest seen lately). Past it (an IOPS cap enforced in short slices, a disk busy with
+// another job) reads queue, and a demand read the trainer waits on queues behind
+// readahead: on a 300-IOPS throttled disk an unpaced readahead made demand misses wait
+// ~50 ms instead of ~0.5 ms, and the reader ran 11-15% slower than with no readahead
+// worth the name. Readahead that is itself late costs nothing (nobody waits on it), so
+// the signal is the demand reads' latency; every source read, readahead's too, feeds
+// the base. Time is cut in steps of kStep (100 ms): the first demand read of a step
+// that took longer than base + max(base, 2 ms) cuts the rate by a quarter (a burst of
+// late reads is one event); a step without one raises it by 1/8 (at least 1 read/s).
+// The rate stays between kMinRate and the cap, and never grows past twice the rate
+// readahead actually read at over the last period (kRatePeriod): a pace readahead does
+// not use (the reader is slow, the RAM tier is full) is no evidence the source could
+// bear it. The base is the minimum over the last 10-20 s (two 10 s buckets), so it
 // follows a source whose speed changes.
 //
 // Thread-safety: all methods are thread-safe.
@@ -30,12 +31,12 @@ namespace epochfs::prefetch {
 class SourcePacer {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr double kMinRate = 10;       // reads/s: readahead never stops entirely
+  static constexpr double kMinRate = 10;  // reads/s: readahead never stops entirely
   // Before anything is known: fast, so that a fast source (a local disk answering in
-  // 0.1 ms) is never held back; queueing cuts it to a slow source's pace within ~1 s.
+  // 0.1 ms) is never held back; late demand reads cut it to a slow source's pace.
   static constexpr double kStartRate = 10000;  // reads/s
   // The pace may always grow to this, even when readahead used less.
-  static constexpr double kMinCeiling = 100;   // reads/s
+  static constexpr double kMinCeiling = 100;  // reads/s
   static constexpr auto kMinQueueDelay = std::chrono::milliseconds(2);
   static constexpr auto kStep = std::chrono::milliseconds(100);
   static constexpr auto kBaseBucket = std::chrono::seconds(10);
@@ -45,25 +46,30 @@ class SourcePacer {
   // for tests.
   explicit SourcePacer(double cap, std::function<Clock::time_point()> now = Clock::now);
 
-  // A readahead read of one chunk from the source took `latency`. Returns the new rate.
-  double OnSourceRead(Clock::duration latency);
+  // A readahead read of one chunk from the source took `latency`.
+  void OnReadaheadRead(Clock::duration latency);
+  // A demand read had to fill from the source and took `latency`.
+  void OnDemandRead(Clock::duration latency);
 
-  double rate() const;
+  double rate() const;  // reads/s readahead may issue now
   Clock::duration base_latency() const;
   uint64_t slowdowns() const;  // times the rate was cut
 
  private:
+  void StepLocked(Clock::time_point now);
+  void NoteLatencyLocked(Clock::time_point now, Clock::duration latency);
+
   const double cap_;
   const std::function<Clock::time_point()> now_;
   mutable std::mutex mu_;
-  double rate_;                          // GUARDED_BY(mu_)
+  double rate_;                           // GUARDED_BY(mu_), as are the rest
   Clock::duration base_now_, base_prev_;  // minimum of this and the last bucket
   Clock::time_point bucket_start_;
   Clock::time_point step_start_;
   bool step_slowed_ = false;
   Clock::time_point period_start_;
   uint64_t period_reads_ = 0;
-  double used_rate_ = 0;  // reads/s in the last complete period
+  double used_rate_ = 0;  // readahead reads/s in the last complete period
   uint64_t slowdowns_ = 0;
 };
 

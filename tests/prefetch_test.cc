@@ -202,6 +202,8 @@ TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {
   EXPECT_GE(s["prefetch_hits"].get<uint64_t>(), 250u) << s.dump();
   EXPECT_GE(s["ram_hits"].get<uint64_t>(), 250u) << s.dump();
   EXPECT_GT(s["prefetch_from_ssd"].get<uint64_t>(), 0u) << s.dump();
+  EXPECT_EQ(s["prefetch_pacing"], true) << s.dump();  // the default
+  EXPECT_GT(s["prefetch_pace_reads_per_s"].get<double>(), 0.0) << s.dump();
 }
 
 // --prefetch 0: the "without" side of the readahead benchmark. Nothing is read ahead,
@@ -221,6 +223,7 @@ TEST_P(PrefetchTest, PrefetchZeroReadsNothingAhead) {
   for (const auto& name : names) ASSERT_EQ(ReadFile(mnt_ / name).size(), 32u * 1024);
   auto s = m->Stats();
   EXPECT_EQ(s["prefetch_threads"], 0) << s.dump();
+  EXPECT_EQ(s["prefetch_pace_reads_per_s"], 0) << s.dump();  // nothing to pace
   EXPECT_EQ(s["prefetched"], 0) << s.dump();
   EXPECT_EQ(s["prefetch_from_ssd"], 0) << s.dump();
   EXPECT_EQ(s["ssd_read_around"], 0) << s.dump();
