@@ -92,6 +92,7 @@ class Bench:
         self.epochfs = os.path.abspath(args.epochfs)
         self.rows = []      # part 1, one per (config, fraction, epoch)
         self.seq_rows = []  # part 2
+        self.measured = {}  # commit, date, load of a run re-rendered with --replot
 
     # ------------------------------------------------------------------ setup
     def setup(self):
@@ -281,6 +282,8 @@ class Bench:
               get("epochfs", "source_bytes_per_dataset"), lambda v: v <= 0.55)
         check(f"c=0.5, {self.args.rate:g} samples/s on {self.args.iops} IOPS: hit ratio >= 0.75, unmodified",
               get("epochfs", "hit_ratio"), lambda v: v >= 0.75)
+        check("  the same with --no-prefetch-pacing", get("epochfs, unpaced", "hit_ratio"),
+              lambda v: v >= 0.75)
         check("c=0.5: hit ratio >= 0.95 with a published order", get("epochfs + plan", "hit_ratio"),
               lambda v: v >= 0.95)
         check("sequential epoch, SSD warm, RAM cold: readahead >= 3x without", seq["speedup_median"],
@@ -314,10 +317,13 @@ class Bench:
             v = "-" if t["value"] is None else f"{t['value']:.3f}"
             print(f"  {t['result']:4}  {v:>7}  {t['target']}")
         os.makedirs(a.out, exist_ok=True)
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-        doc = {"parameters": vars(a), "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-               "cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(),
+        commit = self.measured.get("commit") or subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+            text=True).stdout.strip()
+        doc = {"parameters": {k: v for k, v in vars(a).items() if k != "replot"}, "commit": commit,
+               "date": self.measured.get("date") or time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+               "cpus": os.cpu_count(),
+               "loadavg_at_end": self.measured.get("loadavg_at_end") or os.getloadavg(),
                "summary": summary, "sequential": seq, "targets": targets,
                "epochs": self.rows, "sequential_runs": self.seq_rows}
         with open(os.path.join(a.out, "prefetch_bench.json"), "w") as f:
@@ -330,13 +336,15 @@ class Bench:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         xs = [i / 100 for i in range(5, 101)]
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
         styles = {"page cache": "s", "epochfs": "o", "epochfs, unpaced": "v", "epochfs + plan": "^"}
         for config, marker in styles.items():
             pts = [(s["fraction"], s["hit_ratio"], s["source_bytes_per_dataset"]) for s in summary
                    if s["config"] == config and s["hit_ratio"] is not None]
             axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=config)
             axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker=marker, label=config)
+            rate = [s["samples_per_s"] for s in summary if s["config"] == config and s["hit_ratio"] is not None]
+            axes[2].plot([p[0] for p in pts], rate, marker=marker, label=config)
         th = [theory(x) for x in xs]
         for key, label, style in (("static", "c (static set)", ":"),
                                   ("lru", "c²/2 (LRU, reshuffled)", "--"),
@@ -348,19 +356,38 @@ class Bench:
                      label="1 - c²/2 (LRU)")
         axes[0].set_ylabel("hit ratio, steady-state epoch")
         axes[1].set_ylabel("source bytes / data set, per epoch")
-        for ax in axes:
+        a = self.args
+        axes[2].axhline(a.rate, color="grey", linestyle=":", linewidth=1,
+                        label=f"the readers' pace ({a.rate:g}/s)")
+        axes[2].set_ylabel("samples/s, steady-state epoch")
+        axes[2].set_ylim(0, a.rate * 1.1)
+        for i, ax in enumerate(axes):
             ax.set_xlabel("cache size / data set (c)")
             ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1.05)
+            if i < 2:
+                ax.set_ylim(0, 1.05)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        a = self.args
         fig.suptitle(f"epochfs prefetcher: {a.files} files, {a.iops}-IOPS source, "
                      f"{a.readers} readers at {a.rate:g} samples/s")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
 
+    def replot(self, path):
+        """Renders the table, the JSON and the plot again from a run's JSON (its rows are
+        the measurements; the summary and the targets are recomputed)."""
+        with open(path) as f:
+            doc = json.load(f)
+        self.rows, self.seq_rows = doc["epochs"], doc["sequential_runs"]
+        self.measured = {k: doc.get(k) for k in ("commit", "date", "loadavg_at_end")}
+        for k, v in doc["parameters"].items():
+            if k not in ("replot", "out"):
+                setattr(self.args, k, v)
+        self.report()
+
     def main(self):
+        if self.args.replot:
+            return self.replot(self.args.replot)
         try:
             self.setup()
             for c in self.args.fractions:
@@ -400,6 +427,8 @@ def parse_args(argv=None):
     p.add_argument("--epochfs-arg", action="append", default=[],
                    help="an extra argument for the cache-fraction mounts (repeatable)")
     p.add_argument("--quick", action="store_true", help="1500 files, 3 epochs, c = 0.5 only")
+    p.add_argument("--replot", metavar="JSON",
+                   help="measure nothing: render the table, JSON and plot of a saved run again")
     args = p.parse_args(argv)
     if args.quick:
         args.files, args.epochs, args.fractions, args.seq_repeats = 1500, 3, [0.5], 2
@@ -411,6 +440,6 @@ def parse_args(argv=None):
 
 
 if __name__ == "__main__":
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and "--replot" not in sys.argv:
         sys.exit("prefetch_bench.py needs root (loop devices, cgroups, drop_caches)")
     Bench(parse_args()).main()

@@ -57,6 +57,20 @@ Setter Bool(bool MountOptions::*field, bool invert = false) {
 }
 
 // A size: "8G"-style string, or a plain integer of bytes.
+// An integer in lo..hi (INT64_MAX: no upper bound).
+Setter Integer(int64_t lo, int64_t hi, std::function<void(int64_t, MountOptions&)> set) {
+  return [lo, hi, set](const toml::node& v, MountOptions& o) -> std::string {
+    if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
+    const int64_t n = *v.value<int64_t>();
+    if (n < lo || n > hi) {
+      return hi == INT64_MAX ? fmt::format("{} is below {}", n, lo)
+                             : fmt::format("{} is outside {}..{}", n, lo, hi);
+    }
+    set(n, o);
+    return "";
+  };
+}
+
 Setter Size(std::function<void(uint64_t, MountOptions&)> set) {
   return [set](const toml::node& v, MountOptions& o) -> std::string {
     if (v.is_integer()) {
@@ -120,22 +134,12 @@ const std::map<std::string, Setter>& Setters() {
          return "";
        }},
       {"readahead", Size([](uint64_t n, MountOptions& o) { o.readahead = n; })},
-      {"prefetch",
-       [](const toml::node& v, MountOptions& o) -> std::string {
-         if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
-         const int64_t n = *v.value<int64_t>();
-         if (n < 0 || n > 64) return fmt::format("{} is outside 0..64", n);
+      {"prefetch", Integer(0, 64, [](int64_t n, MountOptions& o) {
          o.prefetch_threads = static_cast<uint32_t>(n);
-         return "";
-       }},
-      {"prefetch_iops",
-       [](const toml::node& v, MountOptions& o) -> std::string {
-         if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
-         const int64_t n = *v.value<int64_t>();
-         if (n < 0) return fmt::format("{} is negative", n);
+       })},
+      {"prefetch_iops", Integer(0, INT64_MAX, [](int64_t n, MountOptions& o) {
          o.prefetch_iops = static_cast<uint64_t>(n);
-         return "";
-       }},
+       })},
       {"prefetch_pacing", Bool(&MountOptions::prefetch_pacing)},
       {"prefetch_bandwidth", Size([](uint64_t n, MountOptions& o) { o.prefetch_bandwidth = n; })},
       {"read_only", Bool(&MountOptions::read_only)},
@@ -151,14 +155,9 @@ const std::map<std::string, Setter>& Setters() {
                             })},
       {"attr_timeout", Seconds(&FuseTimeouts::attr_s)},
       {"entry_timeout", Seconds(&FuseTimeouts::entry_s)},
-      {"threads",
-       [](const toml::node& v, MountOptions& o) -> std::string {
-         if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
-         const int64_t n = *v.value<int64_t>();
-         if (n < 1 || n > 1024) return fmt::format("{} is outside 1..1024", n);
+      {"threads", Integer(1, 1024, [](int64_t n, MountOptions& o) {
          o.max_threads = static_cast<unsigned>(n);
-         return "";
-       }},
+       })},
       {"metrics_listen", String([](const std::string& s, MountOptions& o) -> std::string {
          if (s.find(':') == std::string::npos) return "expected HOST:PORT";
          o.metrics_listen = s;

@@ -83,6 +83,16 @@ class PrefetcherIo : public ::testing::Test {
     p.OnRead(keys_[i], Name(i), 0);
   }
 
+  // An epoch in name order, then the first 200 files of a shuffled one: enough for the
+  // classifier to name it shuffled.
+  void SequentialThenShuffled(Prefetcher& p, uint32_t seed) {
+    for (uint32_t i = 0; i < kFiles; ++i) Access(p, i);
+    std::vector<uint32_t> shuffled(kFiles);
+    std::iota(shuffled.begin(), shuffled.end(), 0u);
+    std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(seed));
+    for (uint32_t k = 0; k < 200; ++k) Access(p, shuffled[k]);
+  }
+
   // Waits until the prefetcher has issued no new fetch for 300 ms (at most 20 s).
   void WaitQuiet() {
     size_t last = SIZE_MAX;
@@ -119,11 +129,7 @@ TEST_F(PrefetcherIo, ShuffledReadaheadFollowsPackOrder) {
   o.threads = 1;  // one fetch at a time: the issue order is the order
   o.lookahead = kFiles;
   auto p = StartPrefetcher(std::move(o));
-  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);  // epoch 0: name order (sequential)
-  std::vector<uint32_t> shuffled(kFiles);
-  std::iota(shuffled.begin(), shuffled.end(), 0u);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
-  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);  // epoch 1 begins
+  SequentialThenShuffled(*p, 7);
   ASSERT_EQ(p->Stats().epoch, 1u);
   ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
   WaitQuiet();
@@ -140,11 +146,7 @@ TEST_F(PrefetcherIo, WithoutSsdTierShuffledReadaheadKeepsFirstSeenOrder) {
   o.threads = 1;
   o.lookahead = kFiles;
   auto p = StartPrefetcher(std::move(o));
-  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);
-  std::vector<uint32_t> shuffled(kFiles);
-  std::iota(shuffled.begin(), shuffled.end(), 0u);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(8));
-  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+  SequentialThenShuffled(*p, 8);
   ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
   WaitQuiet();
   const std::vector<std::string> opened = Opened();
@@ -157,11 +159,7 @@ TEST_F(PrefetcherIo, ZeroThreadsReadsNothingAhead) {
   PrefetcherOptions o;
   o.threads = 0;
   auto p = StartPrefetcher(std::move(o));
-  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);
-  std::vector<uint32_t> shuffled(kFiles);
-  std::iota(shuffled.begin(), shuffled.end(), 0u);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(9));
-  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+  SequentialThenShuffled(*p, 9);
   ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);  // still tracked and classified
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(Opened().empty());
@@ -169,8 +167,9 @@ TEST_F(PrefetcherIo, ZeroThreadsReadsNothingAhead) {
 }
 
 // A budget of 50 source reads per second: readahead of a 400-file remaining set takes
-// several seconds, and in any case never reads faster than the budget allows (a tenth of a
-// second's burst plus the rate times the elapsed time, plus the file in flight).
+// several seconds, and in any case never reads faster than the budget allows (a 20 ms
+// burst plus the rate times the elapsed time, plus the files in flight). Nothing is in
+// RAM beforehand (the accesses read nothing), so every fetch reads the source.
 TEST_F(PrefetcherIo, SourceReadsStayWithinTheBudget) {
   OpenCache(0);
   PrefetcherOptions o;
@@ -178,14 +177,8 @@ TEST_F(PrefetcherIo, SourceReadsStayWithinTheBudget) {
   o.lookahead = kFiles;
   o.source_reads_per_s = 50;
   auto p = StartPrefetcher(std::move(o));
-  for (uint32_t i = 0; i < kFiles; ++i) Access(*p, i);
-  // Nothing is in RAM yet (SSD tier off, the accesses above read nothing), so every
-  // fetch of the shuffled epoch reads the source.
-  std::vector<uint32_t> shuffled(kFiles);
-  std::iota(shuffled.begin(), shuffled.end(), 0u);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(10));
   const auto start = std::chrono::steady_clock::now();
-  for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+  SequentialThenShuffled(*p, 10);
   ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
   for (int i = 0; i < 6; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
