@@ -12,7 +12,8 @@ SourcePacer::SourcePacer(double cap, std::function<Clock::time_point()> now)
       base_prev_(Clock::duration::max()),
       bucket_start_(now_()),
       step_start_(bucket_start_),
-      period_start_(bucket_start_) {}
+      period_start_(bucket_start_),
+      last_readahead_(bucket_start_ - 10 * kStep) {}
 
 void SourcePacer::NoteLatencyLocked(Clock::time_point now, Clock::duration latency) {
   if (now - bucket_start_ >= kBaseBucket) {
@@ -37,6 +38,7 @@ void SourcePacer::OnReadaheadRead(Clock::duration latency) {
   std::lock_guard lock(mu_);
   const Clock::time_point now = now_();
   NoteLatencyLocked(now, latency);
+  last_readahead_ = now;
   ++period_reads_;
   if (const auto elapsed = now - period_start_; elapsed >= kRatePeriod) {
     used_rate_ =
@@ -56,7 +58,9 @@ void SourcePacer::OnDemandRead(Clock::duration latency) {
   const Clock::duration allowed =
       base + std::max<Clock::duration>(
                  base, std::chrono::duration_cast<Clock::duration>(kMinQueueDelay));
-  if (latency > allowed && !step_slowed_) {  // the first late demand read of a step
+  // The first late demand read of a step cuts, if readahead read lately: otherwise the
+  // demand reads queue behind each other (a cold epoch), and readahead is not to blame.
+  if (latency > allowed && !step_slowed_ && now - last_readahead_ <= 2 * kStep) {
     rate_ = std::max(kMinRate, rate_ * 3 / 4);
     step_slowed_ = true;
     ++slowdowns_;

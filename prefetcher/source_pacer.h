@@ -10,8 +10,10 @@
 // worth the name. Readahead that is itself late costs nothing (nobody waits on it), so
 // the signal is the demand reads' latency; every source read, readahead's too, feeds
 // the base. Time is cut in steps of kStep (100 ms): the first demand read of a step
-// that took longer than base + max(base, 2 ms) cuts the rate by a quarter (a burst of
-// late reads is one event); a step without one raises it by 1/8 (at least 1 read/s).
+// that took longer than base + max(base, 2 ms), while readahead read from the source in
+// the last two steps, cuts the rate by a quarter (a burst of late reads is one event;
+// late demand reads with no readahead about, as in a cold epoch, are not readahead's
+// doing); a step without one raises it by 1/8 (at least 1 read/s).
 // The rate stays between kMinRate and the cap, and never grows past twice the rate
 // readahead actually read at over the last period (kRatePeriod): a pace readahead does
 // not use (the reader is slow, the RAM tier is full) is no evidence the source could
@@ -70,6 +72,7 @@ class SourcePacer {
   Clock::time_point period_start_;
   uint64_t period_reads_ = 0;
   double used_rate_ = 0;  // readahead reads/s in the last complete period
+  Clock::time_point last_readahead_;  // the last readahead read of the source
   uint64_t slowdowns_ = 0;
 };
 

@@ -19,10 +19,11 @@ struct FakeClock {
   }
 };
 
-// Late demand reads, one per 100 ms step.
+// Readahead reading, and a late demand read, in each of `cuts` 100 ms steps.
 void CutDown(SourcePacer& pacer, FakeClock& clock, int cuts) {
   for (int i = 0; i < cuts; ++i) {
     clock.t += milliseconds(100);
+    pacer.OnReadaheadRead(microseconds(500));
     pacer.OnDemandRead(milliseconds(40));
   }
 }
@@ -52,6 +53,7 @@ TEST(SourcePacer, LateDemandReadsCutOncePerStep) {
   pacer.OnReadaheadRead(microseconds(500));  // the base
   const double before = pacer.rate();
   clock.t += milliseconds(100);
+  pacer.OnReadaheadRead(microseconds(500));
   for (int i = 0; i < 10; ++i) {  // a burst of 10 late demand reads within a step
     clock.t += milliseconds(1);
     pacer.OnDemandRead(milliseconds(40));
@@ -60,6 +62,21 @@ TEST(SourcePacer, LateDemandReadsCutOncePerStep) {
   EXPECT_EQ(pacer.slowdowns(), 1u);
   CutDown(pacer, clock, 60);  // late reads that go on: down to the floor
   EXPECT_DOUBLE_EQ(pacer.rate(), SourcePacer::kMinRate);
+}
+
+// A cold epoch: every read is a demand read and they queue behind each other. That is
+// not readahead's doing, and its pace stays.
+TEST(SourcePacer, LateDemandReadsWithoutReadaheadDoNotCut) {
+  FakeClock clock;
+  SourcePacer pacer(0, clock.fn());
+  pacer.OnReadaheadRead(microseconds(500));  // the base, then readahead stops
+  clock.t += std::chrono::seconds(1);
+  for (int i = 0; i < 50; ++i) {
+    clock.t += milliseconds(100);
+    pacer.OnDemandRead(milliseconds(40));
+  }
+  EXPECT_EQ(pacer.slowdowns(), 0u);
+  EXPECT_EQ(pacer.rate(), SourcePacer::kStartRate);
 }
 
 TEST(SourcePacer, LateReadaheadReadsDoNotSlowItDown) {
