@@ -280,11 +280,10 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   };
   // --prefetch 0 keeps the epoch-aware policy and the plan file but reads nothing ahead.
   prefetch_options.threads = options.prefetch_threads;
-  prefetch_options.enabled = options.prefetch_threads > 0;
   prefetch_options.source_reads_per_s = options.prefetch_iops;
   prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
   prefetch_options.pacer = pacer;
-  if (!prefetch_options.enabled) spdlog::info("readahead off (--prefetch 0)");
+  if (options.prefetch_threads == 0) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = options.ram_budget;
   prefetch_options.chunk_size = options.chunk_size;

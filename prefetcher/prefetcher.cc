@@ -70,7 +70,7 @@ class PrefetcherImpl final : public Prefetcher {
         budget_(static_cast<double>(options_.source_reads_per_s), options_.source_bytes_per_s),
         pace_(options_.pacer ? options_.pacer->rate() : 0, 0) {
     if (!options_.record_path.empty()) LoadRecord();
-    if (options_.enabled && options_.open && cache_ != nullptr) {
+    if (options_.open && cache_ != nullptr) {
       for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
     }
   }

@@ -91,14 +91,15 @@ struct PrefetcherOptions {
   // Lists the regular files of a directory (relative path, "" for the root), sorted by
   // name; for sequential readahead. Optional.
   std::function<Result<std::vector<std::string>>(const std::string& relative_dir)> list_dir;
-  uint32_t threads = 4;         // readahead workers = files in flight at most; 0: none
+  // Readahead workers = files in flight at most; 0: track and rank only, never read
+  // ahead.
+  uint32_t threads = 4;
   // How far ahead of the reader (files) readahead may go in an ordered pattern
   // (published, replay, sequential). Within it, the window follows the reader's rate:
   // about one second of its consumption, at least 16 files.
   uint32_t lookahead = 256;
   uint64_t ram_budget = 1ull << 30;  // the RAM tier's budget (the policy's WouldAdmit)
   uint32_t chunk_size = 1u << 20;    // the cache's chunk size
-  bool enabled = true;          // false: track and rank only, never read ahead
   // The most source reads (chunks) and bytes per second readahead may use; 0: no limit.
   // Demand reads are never limited.
   uint64_t source_reads_per_s = 0;

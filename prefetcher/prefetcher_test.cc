@@ -14,7 +14,7 @@ namespace {
 
 std::unique_ptr<Prefetcher> Tracker() {
   PrefetcherOptions o;
-  o.enabled = false;  // no workers: Cache is never called
+  o.threads = 0;  // no workers: Cache is never called
   return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
 }
 
@@ -160,7 +160,7 @@ TEST(Prefetcher, ARestartedDaemonRecognisesAReplayInItsFirstEpoch) {
   std::shuffle(order.begin(), order.end(), std::mt19937(4));
   auto make = [&] {
     PrefetcherOptions o;
-    o.enabled = false;
+    o.threads = 0;
     o.record_path = dir / "epochs";
     return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
   };
