@@ -497,11 +497,9 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   if (done.ok()) {
     budget_.Charge(done->source_reads, done->source_bytes);
     pace_.Charge(done->source_reads, 0);
-    // One chunk from the source: its latency tells the pacer the source's base latency
-    // and how much readahead uses. (Several chunks go in one batch whose latency is not
-    // one read's.)
-    if (options_.pacer && done->source_reads == 1) {
-      options_.pacer->OnReadaheadRead(std::chrono::steady_clock::now() - started);
+    if (options_.pacer) {
+      options_.pacer->OnReadaheadRead(std::chrono::steady_clock::now() - started,
+                                      done->source_reads);
     }
   }
   std::lock_guard lock(mu_);

@@ -34,12 +34,13 @@ void SourcePacer::StepLocked(Clock::time_point now) {
   step_slowed_ = false;
 }
 
-void SourcePacer::OnReadaheadRead(Clock::duration latency) {
+void SourcePacer::OnReadaheadRead(Clock::duration latency, uint32_t chunks) {
+  if (chunks == 0) return;
   std::lock_guard lock(mu_);
   const Clock::time_point now = now_();
-  NoteLatencyLocked(now, latency);
+  if (chunks == 1) NoteLatencyLocked(now, latency);
   last_readahead_ = now;
-  ++period_reads_;
+  period_reads_ += chunks;
   if (const auto elapsed = now - period_start_; elapsed >= kRatePeriod) {
     used_rate_ =
         static_cast<double>(period_reads_) / std::chrono::duration<double>(elapsed).count();

@@ -48,8 +48,10 @@ class SourcePacer {
   // for tests.
   explicit SourcePacer(double cap, std::function<Clock::time_point()> now = Clock::now);
 
-  // A readahead read of one chunk from the source took `latency`.
-  void OnReadaheadRead(Clock::duration latency);
+  // A readahead fetch read `chunks` chunks from the source in `latency`. Every chunk
+  // counts toward the rate readahead uses; only a one-chunk fetch's latency is one
+  // read's, so only it can lower the base.
+  void OnReadaheadRead(Clock::duration latency, uint32_t chunks = 1);
   // A demand read had to fill from the source and took `latency`.
   void OnDemandRead(Clock::duration latency);
 

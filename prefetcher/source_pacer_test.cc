@@ -79,6 +79,25 @@ TEST(SourcePacer, LateDemandReadsWithoutReadaheadDoNotCut) {
   EXPECT_EQ(pacer.rate(), SourcePacer::kStartRate);
 }
 
+// Files larger than a chunk: their fetches count as readahead activity and use, but a
+// batch's latency is not one read's and never becomes the base.
+TEST(SourcePacer, MultiChunkFetchesCountButDoNotSetTheBase) {
+  FakeClock clock;
+  SourcePacer pacer(0, clock.fn());
+  pacer.OnReadaheadRead(microseconds(500));  // the base
+  pacer.OnReadaheadRead(microseconds(100), 8);
+  EXPECT_EQ(pacer.base_latency(), microseconds(500));
+  clock.t += std::chrono::seconds(1);
+  for (int i = 0; i < 5; ++i) {  // only multi-chunk readahead, and late demand reads
+    clock.t += milliseconds(100);
+    pacer.OnReadaheadRead(milliseconds(30), 4);
+    pacer.OnDemandRead(milliseconds(40));
+  }
+  EXPECT_EQ(pacer.slowdowns(), 5u);  // readahead was reading: it is slowed down
+  pacer.OnReadaheadRead(milliseconds(1), 0);  // nothing read: nothing noted
+  EXPECT_EQ(pacer.base_latency(), microseconds(500));
+}
+
 TEST(SourcePacer, LateReadaheadReadsDoNotSlowItDown) {
   FakeClock clock;
   SourcePacer pacer(0, clock.fn());
