@@ -459,6 +459,8 @@ CacheStats CacheImpl::Stats() const {
     s.compressed_entries = ssd.compressed_entries;
     s.ssd_read_errors = ssd.read_errors;
     s.ssd_read_around = ssd.read_around_entries;
+    s.index_dangling_records = ssd.dangling_records;
+    s.index_rebuilt = ssd.index_rebuilt;
     s.ssd_degraded = ssd.degraded;
     s.ssd_degraded_reason = ssd.degraded_reason;
   }

@@ -127,6 +127,8 @@ struct CacheStats {
   uint64_t compressed_entries = 0;
   uint64_t ssd_read_errors = 0;  // pack reads that failed (served as misses)
   uint64_t ssd_read_around = 0;  // neighbouring entries moved to RAM by read-around
+  uint64_t index_dangling_records = 0;  // at start-up: records without pack bytes, dropped
+  bool index_rebuilt = false;           // at start-up: the index was damaged and rebuilt
   // Prefetch(): chunks brought into RAM from the SSD tier / read from the source, and
   // chunks found already in RAM. Not counted as hits or misses.
   uint64_t prefetch_from_ssd = 0, prefetch_from_source = 0, prefetch_already_cached = 0;

@@ -183,6 +183,8 @@ Result<std::unique_ptr<Index>> Index::Open(const std::filesystem::path& dir) {
   return std::unique_ptr<Index>(new Index(std::move(db), recreated));
 }
 
+Status Index::Discard(const std::filesystem::path& dir) { return MoveAside(dir); }
+
 Result<std::optional<IndexRecord>> Index::Get(const ChunkKey& key) const {
   std::string value;
   rocksdb::Status s = db_->db->Get(rocksdb::ReadOptions(), EncodeIndexKey(key), &value);

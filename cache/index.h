@@ -74,6 +74,8 @@ class Index {
   // fresh one is created; recreated() then says so. Errors: kBusy (another process
   // holds it), kIoError.
   static Result<std::unique_ptr<Index>> Open(const std::filesystem::path& dir);
+  // Moves the (closed) database in `dir` aside as damaged, keeping the newest such copy.
+  static Status Discard(const std::filesystem::path& dir);
   ~Index();
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;

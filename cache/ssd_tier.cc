@@ -77,6 +77,7 @@ SsdTier::~SsdTier() {
     stop_ = true;
   }
   work_cv_.notify_all();
+  space_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
 }
 
@@ -99,12 +100,54 @@ Status SsdTier::Recover() {
   }
   if (ec) return Status::FromErrno(ec.value(), "list " + packs_dir_.string());
 
+  bool rebuild = false;
+  Status loaded = LoadIndex(pack_sizes, &rebuild);
+  if (loaded.code() == Code::kCorruption) {
+    // RocksDB opened, but a table is damaged (a bad block found by the full scan). The
+    // index is only a cache of what the packs say: set it aside and rebuild it.
+    spdlog::warn("cache index {} is damaged ({}); rebuilding it from the packs",
+                 (options_.dir / "index").string(), loaded.ToString());
+    index_.reset();
+    {
+      std::lock_guard<std::mutex> lock(meta_mu_);
+      packs_.clear();
+      pack_bytes_ = 0;
+      live_entries_ = 0;
+    }
+    EPOCHFS_RETURN_IF_ERROR(Index::Discard(options_.dir / "index"));
+    index_rebuilt_after_corruption_ = true;
+    loaded = LoadIndex(pack_sizes, &rebuild);
+  }
+  EPOCHFS_RETURN_IF_ERROR(loaded);
+  if (rebuild) {
+    // Every valid entry of every pack was just indexed: a pack without records
+    // holds nothing that can ever be served.
+    for (auto it = packs_.begin(); it != packs_.end();) {
+      if (it->second.live_entries == 0 &&
+          ::unlink((packs_dir_ / PackFileName(it->first)).c_str()) == 0) {
+        spdlog::info("cache: removed pack {} (no live entries after rebuild)", it->first);
+        pack_bytes_ -= it->second.file_bytes;
+        it = packs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  next_pack_id_ = packs_.empty() ? 1 : packs_.rbegin()->first + 1;
+  EPOCHFS_RETURN_IF_ERROR(EvictOldestPacksOverBudget());
+  spdlog::info("cache SSD tier {}: {} packs, {} bytes, {} entries (budget {})",
+               options_.dir.string(), packs_.size(), pack_bytes_, live_entries_,
+               options_.disk_budget);
+  return Status::Ok();
+}
+
+Status SsdTier::LoadIndex(const std::map<uint32_t, uint64_t>& pack_sizes, bool* rebuild) {
   Result<std::unique_ptr<Index>> index = Index::Open(options_.dir / "index");
   if (!index.ok()) return index.status();
   index_ = std::move(index).value();
 
-  const bool rebuild = !index_->initialised() && !pack_sizes.empty();
-  if (rebuild) EPOCHFS_RETURN_IF_ERROR(RebuildIndex(pack_sizes));
+  *rebuild = !index_->initialised() && !pack_sizes.empty();
+  if (*rebuild) EPOCHFS_RETURN_IF_ERROR(RebuildIndex(pack_sizes));
   if (!index_->initialised()) EPOCHFS_RETURN_IF_ERROR(index_->MarkInitialised());
 
   std::lock_guard<std::mutex> lock(meta_mu_);
@@ -129,29 +172,11 @@ Status SsdTier::Recover() {
       },
       [&](const ChunkKey& key) { dangling.Delete(key); }));
   if (!dangling.empty()) {
-    spdlog::info("cache index: dropping {} records that point at missing pack bytes",
+    spdlog::warn("cache index: dropping {} records that point at missing pack bytes",
                  dangling.ops.size());
+    dangling_records_ += dangling.ops.size();
     EPOCHFS_RETURN_IF_ERROR(index_->Write(dangling));
   }
-  if (rebuild) {
-    // Every valid entry of every pack was just indexed: a pack without records
-    // holds nothing that can ever be served.
-    for (auto it = packs_.begin(); it != packs_.end();) {
-      if (it->second.live_entries == 0 &&
-          ::unlink((packs_dir_ / PackFileName(it->first)).c_str()) == 0) {
-        spdlog::info("cache: removed pack {} (no live entries after rebuild)", it->first);
-        pack_bytes_ -= it->second.file_bytes;
-        it = packs_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  next_pack_id_ = packs_.empty() ? 1 : packs_.rbegin()->first + 1;
-  EPOCHFS_RETURN_IF_ERROR(EvictOldestPacksOverBudget());
-  spdlog::info("cache SSD tier {}: {} packs, {} bytes, {} entries (budget {})",
-               options_.dir.string(), packs_.size(), pack_bytes_, live_entries_,
-               options_.disk_budget);
   return Status::Ok();
 }
 
@@ -280,6 +305,10 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
   }
   Result<std::shared_ptr<PackReader>> reader = ReaderFor(rec.pack_id);
   if (!reader.ok()) {
+    if (corrupt_logged_.fetch_add(1) < kMaxCorruptionWarnings) {
+      spdlog::warn("cache: cannot read pack {} for ino {} chunk {}: {}", rec.pack_id, key.ino,
+                   key.chunk, reader.status().ToString());
+    }
     switch (reader.status().code()) {
       case Code::kNotFound:
         DropRecord(key, rec, DropReason::kMissingPack);
@@ -392,6 +421,7 @@ void SsdTier::Invalidate(uint64_t dev, uint64_t ino) {
       return true;
     });
   }
+  space_cv_.notify_all();
   std::lock_guard<std::mutex> lock(meta_mu_);
   Result<std::vector<std::pair<ChunkKey, IndexRecord>>> deleted = index_->DeleteFile(dev, ino);
   if (!deleted.ok()) {
@@ -411,9 +441,15 @@ bool SsdTier::Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes 
     return false;
   }
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::unique_lock<std::mutex> lock(queue_mu_);
     const uint64_t footprint = bytes.footprint();
-    if (stop_ || pending_bytes_ + footprint > options_.max_pending_bytes) {
+    // A full queue means the source is outrunning the cache disk: wait for the writer
+    // (the fill then goes at the disk's pace) rather than drop what was just read and
+    // read it from the source again next epoch. Only a writer stuck that long drops.
+    const bool room = space_cv_.wait_for(lock, options_.max_enqueue_wait, [&] {
+      return stop_ || degraded_ || pending_bytes_ + footprint <= options_.max_pending_bytes;
+    });
+    if (stop_ || degraded_ || !room) {
       ++writes_dropped_;
       return false;
     }
@@ -460,6 +496,8 @@ SsdStats SsdTier::GetStats() const {
   s.read_errors = read_errors_;
   s.compressed_entries = compressed_;
   s.read_around_entries = read_around_;
+  s.dangling_records = dangling_records_;
+  s.index_rebuilt = index_rebuilt_after_corruption_;
   s.degraded = degraded_;
   if (s.degraded) {
     std::lock_guard<std::mutex> lock(reason_mu_);
@@ -525,6 +563,7 @@ void SsdTier::EnterDegraded(const Status& why) {
                                                     : Status::IoError(why.message(), why.err());
   }
   degraded_ = true;
+  space_cv_.notify_all();  // writers waiting for room: there will be none
   // One warning per episode: a retry that fails again stays quiet.
   if (!degraded_logged_.exchange(true)) {
     spdlog::warn("cache SSD tier degraded, no more writes (reads unaffected; retry in {} s): {}",
@@ -555,6 +594,7 @@ void SsdTier::DropItem(const Item& item) {
     pending_bytes_ -= it->second.bytes.footprint();
     pending_.erase(it);
   }
+  space_cv_.notify_all();
 }
 
 void SsdTier::WriteItem(Item item) {
@@ -726,6 +766,7 @@ void SsdTier::SyncAndIndex() {
       }
     }
   }
+  space_cv_.notify_all();
 }
 
 bool SsdTier::MakeRoom(uint64_t need) {

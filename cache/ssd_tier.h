@@ -1,8 +1,9 @@
 // SsdTier: the persistent tier. Pack files (pack.h) hold the bytes, a RocksDB index
 // (index.h) says where each chunk is, and one background writer thread fills them.
 //
-// Write path. Enqueue() never blocks: it puts the chunk on a bounded queue (dropped
-// and counted when full) and into a small "pending" map, so the chunk can be read
+// Write path. Enqueue() puts the chunk on a bounded queue, waiting for room while the
+// writer drains it (up to max_enqueue_wait; dropped and counted after that, or at
+// once when the tier is full or degraded), and into a small "pending" map, so the chunk can be read
 // back before it reaches the index. The writer compresses each entry (codec.h),
 // appends it to the current pack (sealed at pack_size, then a new one is started),
 // fdatasyncs at most every sync_interval_ms or every sync_every_bytes, and only THEN
@@ -83,6 +84,8 @@ struct SsdTierOptions {
   // that memory, which counts against the daemon's RSS on top of the RAM budget.
   uint64_t sync_every_bytes = 16ull << 20;
   uint64_t max_pending_bytes = 64ull << 20;
+  // How long Enqueue() waits for room in the queue before it drops the entry.
+  std::chrono::milliseconds max_enqueue_wait{2'000};
   std::chrono::milliseconds degraded_retry{30'000};
   size_t read_around_window = kReadAroundWindow;  // 0 disables read-around
 };
@@ -96,6 +99,10 @@ struct SsdStats {
   uint64_t stale_entries = 0, corrupt_entries = 0, read_errors = 0;
   uint64_t compressed_entries = 0;
   uint64_t read_around_entries = 0;  // neighbours handed to the RAM tier
+  // At start-up: index records that pointed at missing pack bytes (dropped), and
+  // whether the index was found damaged and rebuilt from the packs.
+  uint64_t dangling_records = 0;
+  bool index_rebuilt = false;
   bool degraded = false;
   std::string degraded_reason;
 };
@@ -161,6 +168,10 @@ class SsdTier {
   SsdTier(const SsdTierOptions& options, IoEngine& io, RamTier* ram);
   Status Recover();
   Status RebuildIndex(const std::map<uint32_t, uint64_t>& pack_sizes);
+  // Opens the index (rebuilding it from the packs if it is new) and accounts every
+  // record against `pack_sizes`; sets `rebuild` when it was rebuilt. kCorruption when
+  // a table of the index is damaged.
+  Status LoadIndex(const std::map<uint32_t, uint64_t>& pack_sizes, bool* rebuild);
   Status EvictOldestPacksOverBudget();
 
   // Read path.
@@ -205,6 +216,7 @@ class SsdTier {
   mutable std::mutex queue_mu_;
   std::condition_variable work_cv_;                              // the writer waits here
   std::condition_variable flushed_cv_;                           // Flush() waits here
+  std::condition_variable space_cv_;  // Enqueue() waits here for pending_bytes_ to fall
   std::deque<Item> queue_;                                       // GUARDED_BY(queue_mu_)
   std::unordered_map<ChunkKey, Pending, ChunkKeyHash> pending_;  // GUARDED_BY(queue_mu_)
   uint64_t pending_bytes_ = 0;                                   // GUARDED_BY(queue_mu_)
@@ -234,6 +246,8 @@ class SsdTier {
   std::atomic<uint64_t> packs_reclaimed_{0}, stale_{0}, corrupt_{0}, read_errors_{0};
   std::atomic<uint64_t> compressed_{0}, read_around_{0};
   std::atomic<uint64_t> corrupt_logged_{0};
+  uint64_t dangling_records_ = 0;              // set during Recover() only
+  bool index_rebuilt_after_corruption_ = false;  // set during Recover() only
   std::atomic<bool> full_logged_{false};
 
   std::thread writer_;  // last: started after everything above is initialised

@@ -2,6 +2,9 @@
 
 #include <time.h>
 
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
 namespace epochfs::fs {
 
 ControlDir::ControlDir(std::vector<File> files, uid_t owner_uid, gid_t owner_gid)
@@ -68,7 +71,14 @@ Status ControlDir::Write(uint64_t nodeid, uint64_t offset, std::string_view data
 
 std::optional<std::string> ControlDir::Content(uint64_t nodeid) const {
   for (const File& f : files_) {
-    if (f.nodeid == nodeid) return f.content();
+    if (f.nodeid != nodeid) continue;
+    // Rendering runs inside a FUSE callback: an exception here would end the daemon.
+    try {
+      return f.content();
+    } catch (const std::exception& e) {
+      spdlog::error("rendering .epochfs/{}: {}", f.name, e.what());
+      return fmt::format("{{\"error\": \"rendering failed, see the daemon's log\"}}\n");
+    }
   }
   return std::nullopt;
 }

@@ -25,10 +25,14 @@ std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
 
 std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent,
                                             const std::string& name, const struct ::stat& st,
-                                            UniqueFd path_fd) {
+                                            UniqueFd path_fd, bool old_name_gone) {
   std::lock_guard lock(mutex_);
   const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
-  if (auto it = by_devino_.find(key); it != by_devino_.end()) {
+  auto it = by_devino_.find(key);
+  if (it != by_devino_.end() && old_name_gone && it->second != kRootNodeId) {
+    it = by_devino_.end();  // a new node below; the old one keeps its dead name
+  }
+  if (it != by_devino_.end()) {
     std::shared_ptr<Inode>& inode = by_nodeid_.at(it->second);
     // A directory found again under the same (dev, ino) but with the type changed cannot
     // happen without the inode being freed first, which the kernel would have noticed.

@@ -75,8 +75,15 @@ class InodeTable {
   // Records a lookup reference on the object `st` found as `name` in `parent`, creating
   // its node on first sight. `path_fd` is the object's O_PATH fd (kept only if the
   // node is new). Updates the node's location.
+  //
+  // `old_name_gone`: the caller found that the name the object's node was last known
+  // by no longer names it (renamed in the source). The object then gets a new node,
+  // and the old one stays bound to its old, dead name until the kernel forgets it: a
+  // path the kernel still caches under the old name then answers ESTALE instead of
+  // quietly reaching the object under its new name (close-to-open by name).
   std::shared_ptr<Inode> Remember(const std::shared_ptr<Inode>& parent, const std::string& name,
-                                  const struct ::stat& st, UniqueFd path_fd);
+                                  const struct ::stat& st, UniqueFd path_fd,
+                                  bool old_name_gone = false);
 
   // Drops `n` lookup references; the node goes away at zero (the root never does), and
   // is then returned so the caller can let go of what it holds for it.

@@ -226,7 +226,8 @@ int CmdStatus(const std::string& mountpoint, bool json) {
   }
   if (json) {
     // One mount asked for: its object; all of them: an array.
-    std::cout << (mountpoint.empty() ? all.dump(2) : all[0].dump(2)) << "\n";
+    std::cout << (mountpoint.empty() ? all : all[0]).dump(2, ' ', false,
+                                                         nlohmann::json::error_handler_t::replace) << "\n";
   }
   return 0;
 }

@@ -97,6 +97,8 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["packs_reclaimed"] = s.packs_reclaimed;
   j["stale_entries"] = s.stale_entries;
   j["corrupt_entries"] = s.corrupt_entries;
+  j["index_dangling_records"] = s.index_dangling_records;
+  j["index_rebuilt"] = s.index_rebuilt;
   j["not_admitted"] = s.not_admitted;
   j["compressed_entries"] = s.compressed_entries;
   j["io_uring"] = s.io_uring;
@@ -147,7 +149,10 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
 
 std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
                       const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
-  return StatsSnapshot(options, ctx, fs, watcher, started).dump(2) + "\n";
+  // Paths are bytes, not always UTF-8: replace what is not rather than throw.
+  return StatsSnapshot(options, ctx, fs, watcher, started)
+             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 // One daemon per cache dir: two writers would interleave their packs.
@@ -411,6 +416,12 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
         std::chrono::seconds(10));
   });
 
+  // The kernel has already applied the caller's umask to every mode a request carries;
+  // the daemon's own would be applied on top (a file created 0666 coming out 0644).
+  // Every file the daemon itself creates from here on (packs, RocksDB's tables, the
+  // epoch record, the metrics textfile) passes an explicit mode, and its directories
+  // were made above.
+  ::umask(0);
   struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));

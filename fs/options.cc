@@ -1,5 +1,6 @@
 #include "fs/options.h"
 
+#include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 
 #include "fmt/format.h"
+#include "cache/unique_fd.h"
 #include "fs/mount_table.h"
 
 namespace epochfs::fs {
@@ -93,6 +95,11 @@ Result<uint64_t> ParseSize(const std::string& text) {
   }
   const double bytes = value * multiplier;
   if (bytes > 9.0e18) return bad();
+  if (bytes != std::floor(bytes)) {
+    // "0.5" is half a byte, not a budget: say so rather than round it to nothing.
+    return Status::InvalidArgument(fmt::format(
+        "invalid size '{}': not a whole number of bytes (a unit is K, M, G or T)", text));
+  }
   return static_cast<uint64_t>(bytes);
 }
 
@@ -172,6 +179,16 @@ Status ResolveAndValidate(MountOptions& options) {
     return Status::InvalidArgument("chunk size must be between 4K and 64M");
   }
   if (options.max_threads < 1) return Status::InvalidArgument("--threads must be at least 1");
+  if (!options.log_file.empty()) {
+    // The daemon's only voice once it is in the background: refuse a log that cannot be
+    // written instead of logging nowhere.
+    options.log_file = fsys::absolute(options.log_file).lexically_normal();
+    UniqueFd log(::open(options.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+    if (!log) {
+      return Status::FromErrno(errno,
+                               fmt::format("cannot write log file {}", options.log_file.string()));
+    }
+  }
   return Status::Ok();
 }
 

@@ -138,16 +138,34 @@ Status SourceFs::RefuseIfReadOnly(const char* what) const {
   return Status::FromErrno(EROFS, fmt::format("{}: mounted read-only", what));
 }
 
-Status SourceFs::GiveToCaller(int dir_fd, const std::string& name, Caller caller) const {
+Status SourceFs::GiveToCaller(int dir_fd, const std::string& name, mode_t mode,
+                              Caller caller) const {
   if (!running_as_root_) return Status::Ok();
-  if (::fchownat(dir_fd, name.c_str(), caller.uid, caller.gid, AT_SYMLINK_NOFOLLOW) < 0) {
+  auto dir = StatFd(dir_fd);
+  if (!dir.ok()) return dir.status();
+  auto created = StatAt(dir_fd, name);
+  if (!created.ok()) return created.status();
+  // In a setgid directory the kernel already gave the entry the directory's group (and
+  // a subdirectory the setgid bit): that is the group POSIX wants, not the caller's.
+  const gid_t gid = (dir->st_mode & S_ISGID) ? created->st_gid : caller.gid;
+  if (created->st_uid == caller.uid && created->st_gid == gid) return Status::Ok();
+  if (::fchownat(dir_fd, name.c_str(), caller.uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
     return Errno(fmt::format("chown '{}'", name));
+  }
+  // chown clears setuid and setgid on files, even root's: put back what was asked for
+  // (the kernel already took out a setgid bit the caller may not have).
+  const mode_t special = mode & (S_ISUID | S_ISGID);
+  if (special != 0 && !S_ISLNK(created->st_mode) && !S_ISDIR(created->st_mode) &&
+      ::fchmodat(dir_fd, name.c_str(), (created->st_mode & 07777) | special, 0) < 0) {
+    return Errno(fmt::format("chmod '{}'", name));
   }
   return Status::Ok();
 }
 
 Result<std::string> SourceFs::ProcPath(const Inode& inode) const {
-  if (inode.is_dir) return fmt::format("/proc/self/fd/{}", inode.path_fd.get());
+  // "/." names the directory the O_PATH fd's magic link leads to; without it the l*()
+  // calls (lchown, lsetxattr, utimensat with AT_SYMLINK_NOFOLLOW) act on the link itself.
+  if (inode.is_dir) return fmt::format("/proc/self/fd/{}/.", inode.path_fd.get());
   auto loc = Resolve(inode);
   if (!loc.ok()) return loc.status();
   return fmt::format("/proc/self/fd/{}/{}", loc->dir_fd(), loc->name);
@@ -162,11 +180,24 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   if (!fd.ok()) return fd.status();
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
-  auto inode = inodes_.Remember(parent, name, *st, std::move(*fd));
+  auto inode = inodes_.Remember(parent, name, *st, std::move(*fd),
+                                KnownByAnotherDeadName(*parent, name, *st));
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
   }
   return Entry{inode->nodeid, *st};
+}
+
+bool SourceFs::KnownByAnotherDeadName(const Inode& parent, const std::string& name,
+                                      const struct ::stat& st) const {
+  if (S_ISDIR(st.st_mode)) return false;  // directories are reached by their fd, not name
+  auto known = inodes_.FindBySource(st.st_dev, st.st_ino);
+  if (!known) return false;
+  const Location loc = inodes_.LocationOf(*known);
+  if (!loc.parent || (loc.parent.get() == &parent && loc.name == name)) return false;
+  // Another name: a hard link (both name it) or a rename underneath (the old one does not).
+  auto there = StatAt(loc.dir_fd(), loc.name);
+  return !there.ok() || there->st_ino != st.st_ino || there->st_dev != st.st_dev;
 }
 
 Result<Entry> SourceFs::Lookup(uint64_t parent, const std::string& name) {
@@ -266,7 +297,7 @@ Result<Entry> SourceFs::MakeNode(uint64_t parent, const std::string& name, mode_
   if (::mknodat((*dir)->path_fd.get(), name.c_str(), mode, rdev) < 0) {
     return Errno(fmt::format("mknod '{}'", name));
   }
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, mode, caller));
   return LookupIn(*dir, name);
 }
 
@@ -278,7 +309,7 @@ Result<Entry> SourceFs::MakeDir(uint64_t parent, const std::string& name, mode_t
   if (::mkdirat((*dir)->path_fd.get(), name.c_str(), mode) < 0) {
     return Errno(fmt::format("mkdir '{}'", name));
   }
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, mode, caller));
   return LookupIn(*dir, name);
 }
 
@@ -290,7 +321,7 @@ Result<Entry> SourceFs::SymLink(const std::string& target, uint64_t parent,
   if (::symlinkat(target.c_str(), (*dir)->path_fd.get(), name.c_str()) < 0) {
     return Errno(fmt::format("symlink '{}'", name));
   }
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, S_IFLNK | 0777, caller));
   return LookupIn(*dir, name);
 }
 
@@ -407,15 +438,25 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("create"));
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
+  // Always exclusive: the kernel sends CREATE when it believes the name is free. If the
+  // source has the name after all (made underneath the mount), opening it here would
+  // skip the kernel's permission check of that file and hand it to the caller; ESTALE
+  // instead makes the kernel look the name up again and open what it finds.
   auto fd = OpenBeneath((*dir)->path_fd.get(), name,
-                        SourceOpenFlags(flags) | O_CREAT | (flags & O_EXCL), mode);
-  if (!fd.ok()) return fd.status();
-  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, caller));
+                        SourceOpenFlags(flags) | O_CREAT | O_EXCL, mode);
+  if (!fd.ok()) {
+    if (fd.status().err() == EEXIST && !(flags & O_EXCL)) {
+      return Status::Stale(fmt::format("create '{}': made underneath the mount", name));
+    }
+    return fd.status();
+  }
+  EPOCHFS_RETURN_IF_ERROR(GiveToCaller((*dir)->path_fd.get(), name, mode, caller));
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
   // A node's O_PATH fd; without one it is still reached by name.
   auto path_fd = OpenBeneath((*dir)->path_fd.get(), name, O_PATH);
-  auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd());
+  auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd(),
+                                KnownByAnotherDeadName(**dir, name, *st));
   const auto id = cache::SourceIdentity::FromStat(*st);
   inodes_.SwapKernelCacheId(*inode, id);
   OpenResult open;
@@ -425,7 +466,16 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
   NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, *fh.inode(), offset);
-  return cache_->Read(cache::SourceFile{fh.fd(), fh.identity()}, offset, size);
+  cache::SourceIdentity id = fh.identity();
+  if (offset + size > id.size) {
+    // The kernel asks past the size this open saw: another open (or a writer in the
+    // source) grew the file since. Take the identity anew rather than cut the read short.
+    auto st = StatFd(fh.fd());
+    if (!st.ok()) return st.status();
+    id = cache::SourceIdentity::FromStat(*st);
+    fh.set_identity(id);
+  }
+  return cache_->Read(cache::SourceFile{fh.fd(), id}, offset, size);
 }
 
 Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, uint64_t offset) {

@@ -205,14 +205,20 @@ class SourceFs {
   // Where a non-directory node lives now, verified to still be the same object.
   Result<Location> Resolve(const Inode& inode, struct ::stat* st_out = nullptr) const;
   Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name);
+  // Whether the file `st`, just found as `name` in `parent`, has a node last known by
+  // another name that no longer names it (it was renamed in the source).
+  bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,
+                              const struct ::stat& st) const;
   Status RefuseIfReadOnly(const char* what) const;
   // Opens a non-directory node's source file by its current name with `flags`, checked
   // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
-  // Hands an object the daemon just created to the caller that asked for it.
-  Status GiveToCaller(int dir_fd, const std::string& name, Caller caller) const;
+  // Hands an object the daemon just created, with `mode` asked for, to the caller that
+  // asked for it: its uid, and its gid unless the directory is setgid; setuid and
+  // setgid bits that the change of owner cleared are put back.
+  Status GiveToCaller(int dir_fd, const std::string& name, mode_t mode, Caller caller) const;
   // A path that reaches the object through /proc, for the calls that have no *at() form.
   Result<std::string> ProcPath(const Inode& inode) const;
 

