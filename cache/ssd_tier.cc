@@ -447,9 +447,9 @@ bool SsdTier::Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes 
     // (the fill then goes at the disk's pace) rather than drop what was just read and
     // read it from the source again next epoch. Only a writer stuck that long drops.
     const bool room = space_cv_.wait_for(lock, options_.max_enqueue_wait, [&] {
-      return stop_ || degraded_ || pending_bytes_ + footprint <= options_.max_pending_bytes;
+      return stop_ || DegradedNow() || pending_bytes_ + footprint <= options_.max_pending_bytes;
     });
-    if (stop_ || degraded_ || !room) {
+    if (stop_ || DegradedNow() || !room) {
       ++writes_dropped_;
       return false;
     }

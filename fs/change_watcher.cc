@@ -126,7 +126,13 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
     struct ::stat st {};
     if (::fstatat(parent->path_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (auto node = table_.FindBySource(st.st_dev, st.st_ino)) {
-        invalidator_.InvalidateInode(node->nodeid);
+        // Our own writes through the mount raise these events too; the kernel already
+        // has their bytes. Only a change the kernel has not seen drops its pages.
+        const bool data_event_only = !(mask & (IN_ATTRIB | IN_MOVED_TO));
+        if (!data_event_only ||
+            !table_.KernelCacheFollows(*node, cache::SourceIdentity::FromStat(st))) {
+          invalidator_.InvalidateInode(node->nodeid);
+        }
       }
     }
   }

@@ -77,6 +77,13 @@ void DoLookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   if (parent == ControlDir::kDirNodeId) {
     auto id = ctx.control->Find(name);
     if (!id) return ReplyError(req, Status::NotFound(name));
+    if (!ctx.kernel_asks_to_open && ctx.session) {
+      // "notify" mode opens without asking, so a control file cannot be direct I/O and
+      // its pages would be served again. Every path walk to it looks it up (entry
+      // timeout 0): drop the pages here, so each open reads a fresh snapshot. Only the
+      // control file's own pages are touched, which no other request of ours holds.
+      fuse_lowlevel_notify_inval_inode(ctx.session, *id, 0, 0);
+    }
     return ReplyControlEntry(req, *id);
   }
   auto entry = ctx.fs->Lookup(parent, name);
@@ -485,8 +492,14 @@ void DoInit(void* userdata, struct fuse_conn_info* conn) noexcept {
   // Readdirplus only where the kernel thinks it pays (a scan that stats what it lists).
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
-  // When fresh attributes show a new mtime or size, drop the file's cached pages.
-  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  // The daemon says when the kernel's pages are stale (the watcher in "notify" mode,
+  // keep_cache at open in "open" mode); the kernel must not drop them on its own when
+  // fresh attributes show a new mtime or size. A drop while a write through the mount
+  // is in flight lets a concurrent reader re-read the page before that write reaches
+  // the source, and the kernel then zero-fills the written range of the page it keeps
+  // (measured: an appender with readers saw zero-filled tails in 1 read in ~100).
+  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+  if (conn->capable & FUSE_CAP_EXPLICIT_INVAL_DATA) conn->want |= FUSE_CAP_EXPLICIT_INVAL_DATA;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
   // Writes go straight through to the source; no writeback cache to get wrong.

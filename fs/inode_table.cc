@@ -104,10 +104,18 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
   std::lock_guard lock(mutex_);
   CacheMatch match = CacheMatch::kUnknown;
   if (inode.kernel_cache_id) {
-    match = *inode.kernel_cache_id == id ? CacheMatch::kSame : CacheMatch::kChanged;
+    match = *inode.kernel_cache_id == id || inode.writes_in_flight.load() > 0
+                ? CacheMatch::kSame
+                : CacheMatch::kChanged;
   }
   inode.kernel_cache_id = id;
   return match;
+}
+
+bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id) const {
+  std::lock_guard lock(mutex_);
+  if (inode.writes_in_flight.load() > 0) return true;
+  return inode.kernel_cache_id && *inode.kernel_cache_id == id;
 }
 
 void InodeTable::ClearKernelCacheId(Inode& inode) {

@@ -42,6 +42,10 @@ struct Inode {
   // Open file handles ("open" mode): while there are any, the node's attributes are its
   // inode's even if its name now means something else (fstat of an unlinked open file).
   std::atomic<int> open_handles{0};
+  // Writes through the mount now between their pwrite and recording the identity they
+  // left: the kernel's pages follow such writes (write-through), so a change of
+  // identity they explain is no reason to drop those pages.
+  std::atomic<int> writes_in_flight{0};
 
   // Guarded by InodeTable::mutex_.
   std::shared_ptr<Inode> parent;  // null for the root
@@ -99,8 +103,15 @@ class InodeTable {
   // Compares `id` with the identity the kernel's cached pages of `inode` were read
   // with, and records `id` as the new one.
   enum class CacheMatch { kSame, kChanged, kUnknown };
+  // A write through the mount in flight counts as kSame: the kernel's pages already
+  // hold what it writes.
   CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id);
   void ClearKernelCacheId(Inode& inode);
+  // Whether the kernel's pages of `inode` are those of the file as `id` now says: the
+  // change was made through the mount (or is being made now). Dropping the pages then
+  // would only race with the write that keeps them current (the kernel zero-fills a
+  // page re-read before that write reaches the source).
+  bool KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id) const;
 
   size_t size() const;
   uint64_t file_fds() const;

@@ -475,11 +475,34 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
     id = cache::SourceIdentity::FromStat(*st);
     fh.set_identity(id);
   }
-  return cache_->Read(cache::SourceFile{fh.fd(), id}, offset, size);
+  auto data = ReadToCurrentEnd(fh.fd(), id, offset, size);
+  if (data.ok() && id != fh.identity()) fh.set_identity(id);
+  return data;
+}
+
+Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(int fd, cache::SourceIdentity& id,
+                                                     uint64_t offset, size_t size) {
+  // A reply shorter than asked tells the kernel where the file ends: it zero-fills the
+  // rest of the page and keeps it. If a write extended the file after `id` was taken,
+  // those zeros would stand in the page cache where the written bytes are. So a short
+  // read is checked against the file's size now, and read again if it grew.
+  for (int attempt = 0;; ++attempt) {
+    auto data = cache_->Read(cache::SourceFile{fd, id}, offset, size);
+    if (!data.ok() || data->size >= size || attempt == 3) return data;
+    auto st = StatFd(fd);
+    if (!st.ok() || static_cast<uint64_t>(st->st_size) <= offset + data->size) return data;
+    id = cache::SourceIdentity::FromStat(*st);
+  }
 }
 
 Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, uint64_t offset) {
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
+  Inode& node = *fh.inode();
+  node.writes_in_flight.fetch_add(1);
+  struct Done {
+    Inode& node;
+    ~Done() { node.writes_in_flight.fetch_sub(1); }
+  } done_writing{node};
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::pwrite(fh.fd(), data + done, size - done, static_cast<off_t>(offset + done));
@@ -490,15 +513,14 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
     }
     done += static_cast<size_t>(n);
   }
-  const auto& inode = *fh.inode();
-  cache_->Invalidate(inode.dev, inode.ino);
+  cache_->Invalidate(node.dev, node.ino);
   if (auto st = StatFd(fh.fd()); st.ok()) {
     // The kernel's pages were written through and stay valid; only the cache drops.
     auto id = cache::SourceIdentity::FromStat(*st);
     fh.set_identity(id);
-    inodes_.SwapKernelCacheId(*fh.inode(), id);
+    inodes_.SwapKernelCacheId(node, id);
   } else {
-    inodes_.ClearKernelCacheId(*fh.inode());
+    inodes_.ClearKernelCacheId(node);
   }
   return done;
 }
@@ -528,7 +550,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
   NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
-  return cache_->Read(cache::SourceFile{opened->first.get(), opened->second}, offset, size);
+  return ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
 }
 
 Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t size,
