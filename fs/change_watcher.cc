@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -24,16 +26,19 @@ Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& ta
   if (!inotify_fd) return Status::FromErrno(errno, "inotify_init1");
   UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_fd) return Status::FromErrno(errno, "eventfd");
-  std::unique_ptr<ChangeWatcher> watcher(
-      new ChangeWatcher(std::move(inotify_fd), std::move(wake_fd), table, invalidator));
+  UniqueFd later_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!later_fd) return Status::FromErrno(errno, "eventfd");
+  std::unique_ptr<ChangeWatcher> watcher(new ChangeWatcher(
+      std::move(inotify_fd), std::move(wake_fd), std::move(later_fd), table, invalidator));
   watcher->thread_ = std::thread([w = watcher.get()] { w->Run(); });
   return watcher;
 }
 
-ChangeWatcher::ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, const InodeTable& table,
-                             Invalidator& invalidator)
+ChangeWatcher::ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,
+                             const InodeTable& table, Invalidator& invalidator)
     : inotify_fd_(std::move(inotify_fd)),
       wake_fd_(std::move(wake_fd)),
+      later_fd_(std::move(later_fd)),
       table_(table),
       invalidator_(invalidator) {}
 
@@ -76,6 +81,16 @@ void ChangeWatcher::Unwatch(const Inode& dir) {
   wd_by_nodeid_.erase(it);
 }
 
+void ChangeWatcher::InvalidateLater(uint64_t nodeid) {
+  {
+    std::lock_guard lock(mutex_);
+    later_.push_back(nodeid);
+  }
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(later_fd_.get(), &one, sizeof(one));
+  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
+}
+
 uint64_t ChangeWatcher::watched() const {
   std::lock_guard lock(mutex_);
   return wd_by_nodeid_.size();
@@ -83,14 +98,33 @@ uint64_t ChangeWatcher::watched() const {
 
 void ChangeWatcher::Run() {
   alignas(struct inotify_event) char buf[64 * 1024];
-  struct pollfd fds[2] = {{inotify_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+  struct pollfd fds[3] = {{inotify_fd_.get(), POLLIN, 0},
+                          {wake_fd_.get(), POLLIN, 0},
+                          {later_fd_.get(), POLLIN, 0}};
   while (true) {
-    if (::poll(fds, 2, -1) < 0) {
+    if (::poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("change watcher stopped: poll: {}", strerror(errno));
       return;
     }
     if (fds[1].revents) return;
+    if (fds[2].revents) {
+      uint64_t count;
+      ssize_t ignored = ::read(later_fd_.get(), &count, sizeof(count));
+      (void)ignored;  // the queue below is what counts
+      std::vector<uint64_t> nodes;
+      {
+        std::lock_guard lock(mutex_);
+        nodes.swap(later_);
+      }
+      std::sort(nodes.begin(), nodes.end());
+      nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+      for (uint64_t nodeid : nodes) {
+        identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+        invalidator_.InvalidateInode(nodeid);
+      }
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
     const ssize_t n = ::read(inotify_fd_.get(), buf, sizeof(buf));
     if (n <= 0) continue;
     for (ssize_t off = 0; off < n;) {
@@ -126,10 +160,10 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
     struct ::stat st {};
     if (::fstatat(parent->path_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (auto node = table_.FindBySource(st.st_dev, st.st_ino)) {
-        // Our own writes through the mount raise these events too; the kernel already
-        // has their bytes. Only a change the kernel has not seen drops its pages.
-        const bool data_event_only = !(mask & (IN_ATTRIB | IN_MOVED_TO));
-        if (!data_event_only ||
+        // Our own writes and attribute changes through the mount raise these events too;
+        // the kernel already has their result. Only a change it has not seen drops pages.
+        const bool renamed_in = mask & IN_MOVED_TO;
+        if (renamed_in ||
             !table_.KernelCacheFollows(*node, cache::SourceIdentity::FromStat(st))) {
           invalidator_.InvalidateInode(node->nodeid);
         }

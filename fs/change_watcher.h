@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "cache/unique_fd.h"
 #include "fs/inode_table.h"
@@ -46,24 +47,35 @@ class ChangeWatcher {
   // after the attribute and entry timeouts.
   void Watch(const Inode& dir);
   void Unwatch(const Inode& dir);
+  // Drops the kernel's attributes and pages of `nodeid` from the watcher's thread: for a
+  // change found by an identity check inside a request (which must not notify the
+  // kernel itself), one inotify cannot report (a hard link outside the source, a
+  // shared mapping).
+  void InvalidateLater(uint64_t nodeid);
+  uint64_t identity_invalidations() const {
+    return identity_invalidations_.load(std::memory_order_relaxed);
+  }
 
   uint64_t watched() const;
   uint64_t events() const { return events_.load(std::memory_order_relaxed); }
   uint64_t watch_failures() const { return watch_failures_.load(std::memory_order_relaxed); }
 
  private:
-  ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, const InodeTable& table,
-                Invalidator& invalidator);
+  ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,
+                const InodeTable& table, Invalidator& invalidator);
   void Run();
   void Handle(int wd, uint32_t mask, const std::string& name);
 
   UniqueFd inotify_fd_;
-  UniqueFd wake_fd_;  // an eventfd that ends Run()
+  UniqueFd wake_fd_;   // an eventfd that ends Run()
+  UniqueFd later_fd_;  // an eventfd: InvalidateLater() queued something
   const InodeTable& table_;
   Invalidator& invalidator_;
   mutable std::mutex mutex_;
   std::unordered_map<int, uint64_t> nodeid_by_wd_;  // GUARDED_BY(mutex_)
   std::unordered_map<uint64_t, int> wd_by_nodeid_;  // GUARDED_BY(mutex_)
+  std::vector<uint64_t> later_;                     // GUARDED_BY(mutex_)
+  std::atomic<uint64_t> identity_invalidations_{0};
   std::atomic<uint64_t> events_{0};
   std::atomic<uint64_t> watch_failures_{0};
   std::thread thread_;

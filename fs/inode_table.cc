@@ -3,6 +3,19 @@
 #include <sys/stat.h>
 
 namespace epochfs::fs {
+namespace {
+
+// As the cache's admission rule (cache/cache.cc): a change within this long of a
+// recorded identity may have left the identity as it was.
+constexpr int64_t kRacilyCleanNs = 50'000'000;
+
+int64_t WallClockNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
 
 InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat, uint64_t max_file_fds)
     : max_file_fds_(max_file_fds) {
@@ -100,22 +113,51 @@ void InodeTable::Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr
 }
 
 InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
-                                                     const cache::SourceIdentity& id) {
+                                                     const cache::SourceIdentity& id,
+                                                     bool written) {
   std::lock_guard lock(mutex_);
-  CacheMatch match = CacheMatch::kUnknown;
-  if (inode.kernel_cache_id) {
-    match = *inode.kernel_cache_id == id || inode.writes_in_flight.load() > 0
-                ? CacheMatch::kSame
-                : CacheMatch::kChanged;
+  return Compare(inode, id, written, WallClockNs());
+}
+
+// REQUIRES mutex_.
+InodeTable::CacheMatch InodeTable::Compare(Inode& inode, const cache::SourceIdentity& id,
+                                           bool written, int64_t now) {
+  auto record = [&] {
+    inode.kernel_cache_id = id;
+    inode.kernel_cache_id_at_ns = now;
+    inode.kernel_cache_id_written = written;
+  };
+  if (!inode.kernel_cache_id) {
+    record();
+    return CacheMatch::kUnknown;
   }
-  inode.kernel_cache_id = id;
-  return match;
+  if (id.ctime_ns < inode.kernel_cache_id->ctime_ns) {
+    // Taken before the identity already recorded (a read or open whose fstat raced a
+    // write through the mount): old news, not a change.
+    return CacheMatch::kSame;
+  }
+  const bool in_flight = inode.writes_in_flight.load() > 0;
+  if (*inode.kernel_cache_id == id) {
+    // The same identity again: keep when it was first recorded (what "settled" is
+    // measured against) and whether the mount wrote it.
+    const bool settled = id.ctime_ns + kRacilyCleanNs < inode.kernel_cache_id_at_ns;
+    const bool trusted = settled || inode.kernel_cache_id_written;
+    inode.kernel_cache_id_written = inode.kernel_cache_id_written || written;
+    if (trusted || in_flight) return CacheMatch::kSame;
+    inode.kernel_cache_id_at_ns = now;  // recent and not ours: it settles from now on
+    return CacheMatch::kChanged;
+  }
+  record();
+  return written || in_flight ? CacheMatch::kSame : CacheMatch::kChanged;
 }
 
 bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id) const {
   std::lock_guard lock(mutex_);
   if (inode.writes_in_flight.load() > 0) return true;
-  return inode.kernel_cache_id && *inode.kernel_cache_id == id;
+  // Equal, or older than what the kernel holds: the watcher's stat of an event it
+  // reads late, after later writes through the mount.
+  return inode.kernel_cache_id &&
+         (*inode.kernel_cache_id == id || id.ctime_ns < inode.kernel_cache_id->ctime_ns);
 }
 
 void InodeTable::ClearKernelCacheId(Inode& inode) {

@@ -46,6 +46,9 @@ struct Inode {
   // left: the kernel's pages follow such writes (write-through), so a change of
   // identity they explain is no reason to drop those pages.
   std::atomic<int> writes_in_flight{0};
+  // Held by an open while it compares the file's identity with the kernel's pages and
+  // drops them ("open" mode).
+  std::mutex open_order;
 
   // Guarded by InodeTable::mutex_.
   std::shared_ptr<Inode> parent;  // null for the root
@@ -54,6 +57,8 @@ struct Inode {
   // Identity of the source file when the kernel last filled its page cache for this
   // node (set at open). An open that sees the same identity keeps the kernel's cache.
   std::optional<cache::SourceIdentity> kernel_cache_id;
+  int64_t kernel_cache_id_at_ns = 0;  // wall clock when kernel_cache_id was recorded
+  bool kernel_cache_id_written = false;  // recorded after a write through the mount
 };
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
@@ -104,8 +109,18 @@ class InodeTable {
   // with, and records `id` as the new one.
   enum class CacheMatch { kSame, kChanged, kUnknown };
   // A write through the mount in flight counts as kSame: the kernel's pages already
-  // hold what it writes.
-  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id);
+  // hold what it writes. An equal identity counts only if the file had not changed
+  // shortly before it was recorded (git's "racily clean" rule): a change in the same
+  // tick of a coarse timestamp clock leaves size, mtime and ctime as they were. An
+  // identity older (by ctime) than the one recorded is a late observation, not a
+  // change: kSame, and the recorded one stays. An
+  // identity `written` by the mount itself (recorded right after its write) is
+  // trusted even if recent: the kernel's pages hold that write, and dropping them at
+  // every open while a writer appends races with its next write. (What that trust
+  // misses: a writer underneath changing the same file within the same timestamp
+  // tick without changing its size.)
+  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id,
+                               bool written = false);
   void ClearKernelCacheId(Inode& inode);
   // Whether the kernel's pages of `inode` are those of the file as `id` now says: the
   // change was made through the mount (or is being made now). Dropping the pages then
@@ -115,6 +130,11 @@ class InodeTable {
 
   size_t size() const;
   uint64_t file_fds() const;
+
+ private:
+  CacheMatch Compare(Inode& inode, const cache::SourceIdentity& id, bool written, int64_t now);
+
+ public:
 
  private:
   struct DevIno {

@@ -97,6 +97,9 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["packs_reclaimed"] = s.packs_reclaimed;
   j["stale_entries"] = s.stale_entries;
   j["corrupt_entries"] = s.corrupt_entries;
+  j["open_file_fds"] = fs.handle_fds().open();
+  j["open_file_fds_max"] = fs.handle_fds().max_open();
+  j["open_file_fd_reopens"] = fs.handle_fds().reopens();
   j["index_dangling_records"] = s.index_dangling_records;
   j["index_rebuilt"] = s.index_rebuilt;
   j["not_admitted"] = s.not_admitted;
@@ -109,6 +112,7 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["watched_dirs"] = watcher ? watcher->watched() : 0;
   j["change_events"] = watcher ? watcher->events() : 0;
   j["watch_failures"] = watcher ? watcher->watch_failures() : 0;
+  j["identity_invalidations"] = watcher ? watcher->identity_invalidations() : 0;
   // ---- prefetcher (issue #3) ----
   j["prefetch_from_ssd"] = s.prefetch_from_ssd;
   j["prefetch_from_source"] = s.prefetch_from_source;
@@ -183,21 +187,20 @@ uint64_t DefaultDiskBudget(const std::filesystem::path& dir) {
   return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize / 2;
 }
 
-// A FUSE daemon holds a directory fd per known directory and a file fd per open file.
-// (SourceFs caps how many of those it keeps for files at half the limit.) Root may go
-// up to the kernel's fs.nr_open; anyone may raise the soft limit to the hard one.
+// A FUSE daemon holds a directory fd per known directory and file fds for nodes and
+// open files; SourceFs shares the limit out (fs/file_handle.h). The soft limit goes up
+// to the hard one; the hard one is the operator's (LimitNOFILE=, a container's) and is
+// respected even by a root daemon.
 void RaiseFdLimit() {
   struct rlimit lim {};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  uint64_t nr_open = 0;
-  std::ifstream("/proc/sys/fs/nr_open") >> nr_open;
-  if (nr_open > lim.rlim_max) {
-    struct rlimit raised {nr_open, nr_open};
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
-  }
   if (lim.rlim_cur < lim.rlim_max) {
     lim.rlim_cur = lim.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < 1024) {
+    spdlog::warn("fd limit {}: few files stay open at once; more opens share those fds",
+                 lim.rlim_cur);
   }
 }
 
@@ -354,6 +357,8 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
     }
   }
   ctx.kernel_asks_to_open = options.consistency == Consistency::kOpen;
+  if (ctx.kernel_asks_to_open) (*fs)->SetKernelInvalidator(&invalidator);
+
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
 
   // ---- Observability: the metrics endpoint and textfile (fs/metrics_server.h). ----
@@ -435,6 +440,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
 
   // The watcher notifies through the session: stop it first.
   (*fs)->SetChangeWatcher(nullptr);
+  (*fs)->SetKernelInvalidator(nullptr);
   watcher.reset();
   fuse_session_unmount(session.get());
   fuse_remove_signal_handlers(session.get());

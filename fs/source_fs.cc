@@ -77,13 +77,23 @@ void NoteDemandRead(prefetch::Prefetcher* prefetcher, const SourceFs& fs, const 
                      offset == 0 ? fs.RelativePath(inode) : std::string(), offset);
 }
 
-// Half the fd limit for file nodes' O_PATH fds; the rest is for directories, open
-// files, the cache's packs, RocksDB and sockets.
-uint64_t MaxFileFds() {
+uint64_t FdLimit() {
   struct rlimit lim {};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1u << 20;
-  return lim.rlim_cur / 2;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1u << 21;
+  return lim.rlim_cur;
 }
+
+// The daemon's fds, shared out: half the limit for file nodes' O_PATH fds, a quarter
+// for open files' source fds ("open" mode; more opens than that share them), the rest
+// for directories, the cache's packs, RocksDB and sockets.
+uint64_t MaxFileFds() { return FdLimit() / 2; }
+
+Status FsyncFd(int fd, bool datasync) {
+  int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
+  if (rc < 0) return Errno("fsync");
+  return Status::Ok();
+}
+size_t MaxHandleFds() { return std::max<size_t>(8, FdLimit() / 4); }
 
 }  // namespace
 
@@ -101,7 +111,8 @@ SourceFs::SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOpt
     : options_(std::move(options)),
       inodes_(std::move(root_fd), root_stat, MaxFileFds()),
       cache_(std::move(cache)),
-      running_as_root_(::geteuid() == 0) {}
+      running_as_root_(::geteuid() == 0),
+      handle_fds_(MaxHandleFds()) {}
 
 Result<std::shared_ptr<Inode>> SourceFs::FindInode(uint64_t nodeid) const {
   auto inode = inodes_.Find(nodeid);
@@ -213,13 +224,19 @@ void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
   }
 }
 
+void SourceFs::SetKernelInvalidator(Invalidator* kernel) { kernel_.store(kernel); }
+
 void SourceFs::SetChangeWatcher(ChangeWatcher* watcher) {
   watcher_.store(watcher);
   if (watcher) watcher->Watch(*inodes_.root());
 }
 
 Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
-  if (fh) return StatFd(fh->fd());
+  if (fh) {
+    auto fd = fh->Fd();
+    if (!fd.ok()) return fd.status();
+    return StatFd(fd->get());
+  }
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
   if ((*inode)->is_dir) return StatFd((*inode)->path_fd.get());
@@ -256,7 +273,14 @@ Result<struct ::stat> SourceFs::SetAttr(uint64_t nodeid, const struct ::stat& at
     if (::lchown(p, uid, gid) < 0) return Errno("chown");
   }
   if (what.size) {
-    int rc = fh ? ::ftruncate(fh->fd(), attr.st_size) : ::truncate(p, attr.st_size);
+    int rc;
+    if (fh) {
+      auto fd = fh->Fd();
+      if (!fd.ok()) return fd.status();
+      rc = ::ftruncate(fd->get(), attr.st_size);
+    } else {
+      rc = ::truncate(p, attr.st_size);
+    }
     if (rc < 0) return Errno("truncate");
     cache_->Invalidate((*inode)->dev, (*inode)->ino);
   }
@@ -269,12 +293,15 @@ Result<struct ::stat> SourceFs::SetAttr(uint64_t nodeid, const struct ::stat& at
     if (what.mtime) ts[1] = what.mtime_now ? timespec{0, UTIME_NOW} : attr.st_mtim;
     if (::utimensat(AT_FDCWD, p, ts, AT_SYMLINK_NOFOLLOW) < 0) return Errno("utimens");
   }
-  if (fh) {
-    auto st = StatFd(fh->fd());
-    if (st.ok()) fh->set_identity(cache::SourceIdentity::FromStat(*st));
-    return st;
+  auto st = GetAttr(nodeid, fh);
+  if (st.ok() && !(*inode)->is_dir) {
+    // The kernel applies a setattr's result itself (a truncate drops its own pages):
+    // the identity it leaves is one the mount made, like a write's.
+    const auto id = cache::SourceIdentity::FromStat(*st);
+    if (fh) fh->set_identity(id);
+    inodes_.SwapKernelCacheId(**inode, id, /*written=*/true);
   }
-  return GetAttr(nodeid, nullptr);
+  return st;
 }
 
 Result<std::string> SourceFs::ReadLink(uint64_t nodeid) {
@@ -421,6 +448,9 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   }
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
+  // Concurrent opens of one file decide about the kernel's pages one at a time: the
+  // open that finds the file changed drops them before another open may keep them.
+  std::lock_guard order((*inode)->open_order);
   auto opened = OpenNode(**inode, flags);
   if (!opened.ok()) return opened.status();
   auto& [fd, id] = *opened;
@@ -428,8 +458,18 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   const auto match = inodes_.SwapKernelCacheId(**inode, id);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
   result.attributes_changed = match == InodeTable::CacheMatch::kChanged;
-  if (result.attributes_changed) cache_->Invalidate(id.dev, id.ino);
-  result.handle = std::make_unique<FileHandle>(*inode, std::move(fd), id);
+  if (result.attributes_changed) {
+    cache_->Invalidate(id.dev, id.ino);
+    if (Invalidator* kernel = kernel_.load()) {
+      // Dropped now, while the lock holds other opens back: an open that raced this
+      // one and found the new identity already recorded would otherwise keep the old
+      // pages until this opener's own invalidation ran.
+      kernel->InvalidateInode(nodeid);
+      result.keep_cache = true;
+      result.attributes_changed = false;
+    }
+  }
+  result.handle = NewHandle(*inode, std::move(fd), id, flags);
   return result;
 }
 
@@ -458,24 +498,24 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd(),
                                 KnownByAnotherDeadName(**dir, name, *st));
   const auto id = cache::SourceIdentity::FromStat(*st);
-  inodes_.SwapKernelCacheId(*inode, id);
+  inodes_.SwapKernelCacheId(*inode, id, /*written=*/true);
   OpenResult open;
-  open.handle = std::make_unique<FileHandle>(inode, std::move(*fd), id);
+  open.handle = NewHandle(inode, std::move(*fd), id, flags);
   return std::make_pair(Entry{inode->nodeid, *st}, std::move(open));
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
   NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, *fh.inode(), offset);
-  cache::SourceIdentity id = fh.identity();
-  if (offset + size > id.size) {
-    // The kernel asks past the size this open saw: another open (or a writer in the
-    // source) grew the file since. Take the identity anew rather than cut the read short.
-    auto st = StatFd(fh.fd());
-    if (!st.ok()) return st.status();
-    id = cache::SourceIdentity::FromStat(*st);
-    fh.set_identity(id);
-  }
-  auto data = ReadToCurrentEnd(fh.fd(), id, offset, size);
+  auto fd = fh.Fd();
+  if (!fd.ok()) return fd.status();
+  // The kernel's page cache is one per file, shared by every open: a read for an
+  // open that predates a change must fill it with the file as it is now, not with
+  // cached bytes of the identity that open saw (and a read past the size it saw must
+  // not be cut short). So the identity is taken anew for every read.
+  auto st = StatFd(fd->get());
+  if (!st.ok()) return st.status();
+  cache::SourceIdentity id = cache::SourceIdentity::FromStat(*st);
+  auto data = ReadToCurrentEnd(fd->get(), id, offset, size);
   if (data.ok() && id != fh.identity()) fh.set_identity(id);
   return data;
 }
@@ -497,7 +537,13 @@ Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(int fd, cache::SourceIdenti
 
 Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, uint64_t offset) {
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
-  Inode& node = *fh.inode();
+  auto fd = fh.Fd();
+  if (!fd.ok()) return fd.status();
+  return WriteFd(fd->get(), *fh.inode(), &fh, data, size, offset);
+}
+
+Result<size_t> SourceFs::WriteFd(int fd, Inode& node, FileHandle* fh, const char* data,
+                                 size_t size, uint64_t offset) {
   node.writes_in_flight.fetch_add(1);
   struct Done {
     Inode& node;
@@ -505,7 +551,7 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
   } done_writing{node};
   size_t done = 0;
   while (done < size) {
-    ssize_t n = ::pwrite(fh.fd(), data + done, size - done, static_cast<off_t>(offset + done));
+    ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       if (done > 0) break;
@@ -514,15 +560,35 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
     done += static_cast<size_t>(n);
   }
   cache_->Invalidate(node.dev, node.ino);
-  if (auto st = StatFd(fh.fd()); st.ok()) {
+  if (auto st = StatFd(fd); st.ok()) {
     // The kernel's pages were written through and stay valid; only the cache drops.
     auto id = cache::SourceIdentity::FromStat(*st);
-    fh.set_identity(id);
-    inodes_.SwapKernelCacheId(node, id);
+    if (fh) fh->set_identity(id);
+    inodes_.SwapKernelCacheId(node, id, /*written=*/true);
   } else {
     inodes_.ClearKernelCacheId(node);
   }
   return done;
+}
+
+std::unique_ptr<FileHandle> SourceFs::NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
+                                                const cache::SourceIdentity& id, int flags) {
+  return std::make_unique<FileHandle>(
+      std::move(inode), std::move(fd), id, SourceOpenFlags(flags), handle_fds_,
+      [this](const Inode& node, int reopen_flags) { return ReopenHandleFd(node, reopen_flags); });
+}
+
+Result<UniqueFd> SourceFs::ReopenHandleFd(const Inode& inode, int flags) {
+  if (inode.path_fd) {
+    // The node's O_PATH fd reaches its inode even after a rename or unlink.
+    const std::string path = fmt::format("/proc/self/fd/{}", inode.path_fd.get());
+    UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC));
+    if (!fd) return Errno("reopen an open file's source");
+    return fd;
+  }
+  auto opened = OpenNode(inode, flags);  // by name, checked to be the same inode
+  if (!opened.ok()) return opened.status();
+  return std::move(opened->first);
 }
 
 Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const Inode& inode,
@@ -540,8 +606,16 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
 Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
-  if ((*inode)->path_fd) return StatFd((*inode)->path_fd.get());
-  return GetAttr(nodeid, nullptr);
+  auto st = (*inode)->path_fd ? StatFd((*inode)->path_fd.get()) : GetAttr(nodeid, nullptr);
+  if (st.ok() && !(*inode)->is_dir) CheckKernelCache(**inode, cache::SourceIdentity::FromStat(*st));
+  return st;
+}
+
+void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id) {
+  if (inodes_.SwapKernelCacheId(inode, id) != InodeTable::CacheMatch::kChanged) return;
+  // Changed, and not by the mount: a change inotify did not report (a hard link outside
+  // the source, a shared mapping). The kernel may hold pages of the old file.
+  if (ChangeWatcher* watcher = watcher_.load()) watcher->InvalidateLater(inode.nodeid);
 }
 
 Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {
@@ -550,7 +624,9 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
   NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
-  return ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
+  auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
+  if (data.ok()) CheckKernelCache(**inode, opened->second);
+  return data;
 }
 
 Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t size,
@@ -560,8 +636,7 @@ Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t siz
   if (!inode.ok()) return inode.status();
   auto opened = ReopenNode(**inode, O_WRONLY);
   if (!opened.ok()) return opened.status();
-  FileHandle fh(*inode, std::move(opened->first), opened->second);
-  return Write(fh, data, size, offset);
+  return WriteFd(opened->first.get(), **inode, nullptr, data, size, offset);
 }
 
 Status SourceFs::FsyncNode(uint64_t nodeid, bool datasync) {
@@ -570,14 +645,13 @@ Status SourceFs::FsyncNode(uint64_t nodeid, bool datasync) {
   if ((*inode)->is_dir) return Status::Ok();
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
-  FileHandle fh(*inode, std::move(opened->first), opened->second);
-  return Fsync(fh, datasync);
+  return FsyncFd(opened->first.get(), datasync);
 }
 
 Status SourceFs::Fsync(FileHandle& fh, bool datasync) {
-  int rc = datasync ? ::fdatasync(fh.fd()) : ::fsync(fh.fd());
-  if (rc < 0) return Errno("fsync");
-  return Status::Ok();
+  auto fd = fh.Fd();
+  if (!fd.ok()) return fd.status();
+  return FsyncFd(fd->get(), datasync);
 }
 
 // ---- directories ----

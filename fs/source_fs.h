@@ -32,6 +32,7 @@
 #include "cache/cache.h"
 #include "cache/unique_fd.h"
 #include "fs/change_watcher.h"
+#include "fs/file_handle.h"
 #include "fs/inode_table.h"
 #include "prefetcher/prefetcher.h"
 
@@ -46,33 +47,6 @@ struct Caller {
 struct Entry {
   uint64_t nodeid = 0;
   struct ::stat attr {};
-};
-
-class FileHandle {
- public:
-  FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceIdentity id)
-      : inode_(std::move(inode)), fd_(std::move(fd)), id_(id) {
-    inode_->open_handles.fetch_add(1);
-  }
-  ~FileHandle() { inode_->open_handles.fetch_sub(1); }
-  FileHandle(const FileHandle&) = delete;
-  FileHandle& operator=(const FileHandle&) = delete;
-  const std::shared_ptr<Inode>& inode() const { return inode_; }
-  int fd() const { return fd_.get(); }
-  cache::SourceIdentity identity() const {
-    std::lock_guard lock(mutex_);
-    return id_;
-  }
-  void set_identity(const cache::SourceIdentity& id) {
-    std::lock_guard lock(mutex_);
-    id_ = id;
-  }
-
- private:
-  std::shared_ptr<Inode> inode_;
-  UniqueFd fd_;
-  mutable std::mutex mutex_;
-  cache::SourceIdentity id_;  // GUARDED_BY(mutex_)
 };
 
 class DirHandle {
@@ -155,6 +129,11 @@ class SourceFs {
   // From now on every directory node is watched for changes made underneath the mount.
   // `watcher` outlives this SourceFs's use of it (call with nullptr before destroying it).
   void SetChangeWatcher(ChangeWatcher* watcher);
+  // "open" mode: an open that finds the file changed since the kernel cached its pages
+  // drops them through `kernel` before replying (nullptr: the reply says not to keep
+  // them instead). `kernel` outlives this SourceFs's use of it.
+  void SetKernelInvalidator(Invalidator* kernel);
+
   const InodeTable& inodes() const { return inodes_; }
 
   Result<std::unique_ptr<DirHandle>> OpenDir(uint64_t nodeid);
@@ -175,6 +154,7 @@ class SourceFs {
   Status RemoveXattr(uint64_t nodeid, const std::string& name);
 
   cache::Cache& cache() { return *cache_; }
+  const HandleFds& handle_fds() const { return handle_fds_; }
   size_t inode_count() const { return inodes_.size(); }
 
   // ---- the prefetcher's and the plan file's view of the source (source_fs_paths.cc) ----
@@ -213,6 +193,18 @@ class SourceFs {
   // Opens a non-directory node's source file by its current name with `flags`, checked
   // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
+  // Writes through `fd` (of `node`), then drops the cache's copy and records the
+  // identity the write left; `fh` (if any) takes that identity too.
+  Result<size_t> WriteFd(int fd, Inode& node, FileHandle* fh, const char* data, size_t size,
+                         uint64_t offset);
+  std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
+                                        const cache::SourceIdentity& id, int flags);
+  // "notify" mode: records `id` as what the kernel now holds of `inode`; when it differs
+  // from what it held before (and the mount did not write it), has the watcher drop
+  // the kernel's pages.
+  void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id);
+  // A handle's fd, closed by the budget, opened again: the same inode.
+  Result<UniqueFd> ReopenHandleFd(const Inode& inode, int flags);
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
   // Reads through the cache, as of identity `id` (updated if the file grew meanwhile).
@@ -230,6 +222,8 @@ class SourceFs {
   std::unique_ptr<cache::Cache> cache_;
   const bool running_as_root_;
   std::atomic<ChangeWatcher*> watcher_{nullptr};
+  std::atomic<Invalidator*> kernel_{nullptr};
+  HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<prefetch::Prefetcher*> prefetcher_{nullptr};
 };
 

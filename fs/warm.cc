@@ -190,7 +190,6 @@ int RunWarm(const WarmOptions& options) {
                                   : "the tier is full (see --disk) or the cache disk fell behind");
   }
   if (not_admitted > 0) {
-    incomplete = true;
     fmt::print(stderr,
                "epochfs: warm: {} chunks were not cached because their files changed in the "
                "last moments (they are cached on a later read)\n",

@@ -4,7 +4,7 @@
 // never kill the daemon or lose data. Each one mounts epochfs for real.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -296,6 +296,98 @@ TEST_P(IntegrityTest, NamesThatAreNotUtf8NeverKillTheDaemon) {
   // Still serving.
   EXPECT_EQ(ReadFile(mnt / "bad\xff.bin"), "payload");
   EXPECT_TRUE(IsMounted(mnt));
+}
+
+// A write through a hard link outside the source raises no inotify event under the
+// source. In "notify" mode the next read that reaches the daemon sees the file's new
+// identity and has the kernel drop its old pages of the file.
+TEST_F(MountedDirsTest, NotifyModeSeesAHardLinkWriteAtTheNextReadThatMisses) {
+  const std::string before(8 << 20, 'a');
+  WriteFile(src_ / "f", before);
+  AgeFile(src_ / "f", 3600);
+  const fsys::path outside = dir_ / "outside";
+  ASSERT_EQ(::link((src_ / "f").c_str(), outside.c_str()), 0);
+  Mount m(src_, mnt_, cache_, {"--consistency", "notify", "--readahead", "128K"});
+  ASSERT_TRUE(m.ok()) << m.output();
+  int fd = ::open((mnt_ / "f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  char buf[4096];
+  ASSERT_EQ(::pread(fd, buf, sizeof(buf), 0), 4096);  // the first pages are now cached
+  EXPECT_EQ(buf[0], 'a');
+  {
+    int w = ::open(outside.c_str(), O_WRONLY);
+    ASSERT_GE(w, 0);
+    ASSERT_EQ(::pwrite(w, "B", 1, 0), 1);
+    ASSERT_EQ(::pwrite(w, "C", 1, 7 << 20), 1);
+    ::close(w);
+  }
+  // A read far from the cached pages goes to the daemon and sees the change.
+  ASSERT_EQ(::pread(fd, buf, 1, 7 << 20), 1);
+  EXPECT_EQ(buf[0], 'C');
+  bool fresh = false;
+  for (int i = 0; i < 200 && !fresh; i++) {
+    ASSERT_EQ(::pread(fd, buf, 1, 0), 1);
+    fresh = buf[0] == 'B';
+    if (!fresh) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(fresh) << "the kernel kept the page from before the write";
+  EXPECT_GE(m.Stats()["identity_invalidations"].get<uint64_t>(), 1u);
+  ::close(fd);
+}
+
+// A daemon started under a low fd limit (a container, LimitNOFILE=256) still serves a
+// job that holds 2,000 files open at once: handles share the fds it may have
+// (fs/file_handle.h) instead of failing opens with EMFILE.
+TEST_F(MountedDirsTest, TwoThousandOpenFilesUnderAnFdLimitOf256) {
+  constexpr int kFiles = 2000;
+  for (int i = 0; i < kFiles; i++) {
+    WriteFile(src_ / ("f" + std::to_string(i)), "file " + std::to_string(i) + "\n");
+  }
+  // Only the daemon runs under the limit (prlimit), as under systemd's LimitNOFILE=.
+  CommandResult mounted =
+      epochfs::testing::Run({"prlimit", "--nofile=256:256", EPOCHFS_BINARY, "mount", src_.string(), mnt_.string(),
+           "--cache-dir", cache_.string(), "--consistency", "open"});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  struct Unmount {
+    fsys::path mnt;
+    ~Unmount() {
+      if (Epochfs({"umount", mnt.string()}).exit_code != 0) ::umount2(mnt.c_str(), MNT_DETACH);
+    }
+  } unmount{mnt_};
+  auto stats_of = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
+
+  std::vector<int> fds;
+  int failed_opens = 0;
+  for (int i = 0; i < kFiles; i++) {
+    const int flags = i % 10 == 0 ? O_RDWR : O_RDONLY;
+    int fd = ::open((mnt_ / ("f" + std::to_string(i))).c_str(), flags);
+    if (fd < 0) {
+      failed_opens++;
+      continue;
+    }
+    fds.push_back(fd);
+  }
+  EXPECT_EQ(failed_opens, 0);
+  // Every open file reads right (most of them reopened by the daemon), and a write
+  // through a handle whose fd was closed by the budget reaches the source.
+  int wrong = 0;
+  for (size_t i = 0; i < fds.size(); i++) {
+    char buf[64] = {};
+    const std::string want = "file " + std::to_string(i) + "\n";
+    if (::pread(fds[i], buf, sizeof(buf), 0) != static_cast<ssize_t>(want.size()) ||
+        want != buf) {
+      wrong++;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  ASSERT_EQ(::pwrite(fds[0], "FILE", 4, 0), 4);
+  ASSERT_EQ(::fsync(fds[0]), 0);
+  EXPECT_EQ(ReadFile(src_ / "f0"), "FILE 0\n");
+  auto stats = stats_of();
+  EXPECT_LE(stats["open_file_fds"].get<uint64_t>(), stats["open_file_fds_max"].get<uint64_t>());
+  EXPECT_LE(stats["open_file_fds_max"].get<uint64_t>(), 64u);
+  EXPECT_GT(stats["open_file_fd_reopens"].get<uint64_t>(), 0u);
+  for (int fd : fds) ::close(fd);
 }
 
 }  // namespace

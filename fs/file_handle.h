@@ -1,0 +1,118 @@
+// FileHandle: one open of a source file through the mount ("open" consistency mode),
+// and HandleFds, the budget of file descriptors all handles share.
+//
+// Why a budget: a training job may hold thousands of files open at once, while the
+// daemon's fd limit may be low (a container, LimitNOFILE=, `ulimit -n 256`). A handle
+// therefore owns its source fd only while the budget allows: beyond it, the least
+// recently used idle handle's fd is closed, and that handle reopens the very same inode
+// (through its node's O_PATH fd, or by name checked against (dev, ino)) the next time
+// it is used. The application never sees EMFILE for opens it could make on the source.
+//
+// Thread-safety: all methods are thread-safe. A lease pins its handle's fd: it is never
+// closed while a request uses it. Lock order: HandleFds::mutex_ alone (no other lock is
+// taken while it is held).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+
+#include "cache/cache.h"
+#include "cache/unique_fd.h"
+#include "fs/inode_table.h"
+
+namespace epochfs::fs {
+
+class FileHandle;
+
+class HandleFds {
+ public:
+  // At most `max_open` handle fds open at once (at least 1).
+  explicit HandleFds(size_t max_open);
+  HandleFds(const HandleFds&) = delete;
+  HandleFds& operator=(const HandleFds&) = delete;
+
+  size_t max_open() const { return max_open_; }
+  size_t open() const;
+  uint64_t reopens() const { return reopens_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class FileHandle;
+  friend class FdLease;
+  void Release(FileHandle& handle);
+  // REQUIRES mutex_: closes idle fds, least recently used first, down to the budget.
+  void ShrinkLocked();
+
+  const size_t max_open_;
+  mutable std::mutex mutex_;
+  size_t open_ = 0;                // GUARDED_BY(mutex_): handles holding an fd
+  std::list<FileHandle*> idle_;    // GUARDED_BY(mutex_): holding an fd, unpinned; LRU first
+  std::atomic<uint64_t> reopens_{0};
+};
+
+// A borrowed fd, valid while the lease lives.
+class FdLease {
+ public:
+  FdLease(FdLease&& other) noexcept : handle_(other.handle_), fd_(other.fd_) {
+    other.handle_ = nullptr;
+  }
+  FdLease(const FdLease&) = delete;
+  FdLease& operator=(const FdLease&) = delete;
+  FdLease& operator=(FdLease&&) = delete;
+  ~FdLease();
+  int get() const { return fd_; }
+
+ private:
+  friend class FileHandle;
+  FdLease(FileHandle* handle, int fd) : handle_(handle), fd_(fd) {}
+  FileHandle* handle_;
+  int fd_;
+};
+
+class FileHandle {
+ public:
+  // `reopen` opens the handle's file again (the same inode) with `flags`.
+  using Reopen = std::function<Result<UniqueFd>(const Inode& inode, int flags)>;
+
+  FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceIdentity id, int flags,
+             HandleFds& fds, Reopen reopen);
+  ~FileHandle();
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
+
+  const std::shared_ptr<Inode>& inode() const { return inode_; }
+  // The source fd, reopened first if the budget closed it.
+  Result<FdLease> Fd();
+  cache::SourceIdentity identity() const {
+    std::lock_guard lock(id_mutex_);
+    return id_;
+  }
+  void set_identity(const cache::SourceIdentity& id) {
+    std::lock_guard lock(id_mutex_);
+    id_ = id;
+  }
+
+ private:
+  friend class HandleFds;
+  friend class FdLease;
+
+  std::shared_ptr<Inode> inode_;
+  const int flags_;  // what the source fd was opened with, O_TRUNC and O_CREAT taken out
+  HandleFds& fds_;
+  const Reopen reopen_;
+  // Guarded by fds_.mutex_.
+  UniqueFd fd_;
+  int pins_ = 0;
+  bool idle_listed_ = false;
+  std::list<FileHandle*>::iterator idle_pos_;
+
+  mutable std::mutex id_mutex_;
+  cache::SourceIdentity id_;  // GUARDED_BY(id_mutex_)
+};
+
+}  // namespace epochfs::fs
