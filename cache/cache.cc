@@ -485,6 +485,9 @@ Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options
         .min_compression_saving = options.min_compression_saving,
         .min_free_bytes = options.min_free_bytes,
         .sync_interval_ms = options.sync_interval_ms,
+        // Entries leave the queue only once synced and indexed: sync before it fills.
+        .sync_every_bytes = std::min<uint64_t>(16ull << 20, options.ssd_write_queue_bytes / 2),
+        .max_pending_bytes = options.ssd_write_queue_bytes,
     };
     if (!options.read_around) ssd_options.read_around_window = 0;
     if (tweak != nullptr) tweak(&ssd_options);

@@ -95,6 +95,9 @@ struct CacheOptions {
   std::shared_ptr<EvictionPolicy> ram_policy_override;
   // Packs are fdatasync'ed, and their index records written, at least this often.
   uint32_t sync_interval_ms = 1000;
+  // Chunks read but not yet written to the SSD tier wait in memory, up to this many
+  // bytes (a reader that would exceed it waits for the writer).
+  uint64_t ssd_write_queue_bytes = 64ull << 20;
   // Called after a demand read (Read(), not Prefetch()) that had to read the source,
   // with how long filling it took; readahead pacing watches it. Called on the reading
   // thread: must be cheap and thread-safe. Optional.

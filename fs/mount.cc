@@ -5,6 +5,8 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <algorithm>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -54,6 +56,26 @@ std::pair<uint64_t, uint64_t> ResidentSetBytes() {
 
 // The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
 // exporter renders it as Prometheus text (fs/metrics.h).
+// What the index (RocksDB) may hold in memory: its 8 MiB block cache and two 4 MiB
+// memtables (cache/index.cc).
+constexpr uint64_t kIndexMemoryBytes = 16ull << 20;
+
+// --ram is everything the daemon holds for data: the RAM tier, the queue of chunks on
+// their way to the SSD tier, and the index's memory. (On top: code, thread stacks and
+// allocator slack, docs/operations.md.)
+struct MemoryPlan {
+  uint64_t ram_tier = 0;
+  uint64_t write_queue = 0;
+};
+
+MemoryPlan PlanMemory(uint64_t ram) {
+  MemoryPlan plan;
+  plan.write_queue = std::clamp<uint64_t>(ram / 8, 4ull << 20, 64ull << 20);
+  const uint64_t fixed = plan.write_queue + kIndexMemoryBytes;
+  plan.ram_tier = ram > fixed ? ram - fixed : 0;
+  return plan;
+}
+
 nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
                              const ChangeWatcher* watcher,
                              std::chrono::steady_clock::time_point started) {
@@ -85,6 +107,8 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["ram_bytes"] = s.ram_bytes;
   j["ram_entries"] = s.ram_entries;
   j["ram_budget_bytes"] = options.ram_budget;
+  j["ram_tier_budget_bytes"] = PlanMemory(options.ram_budget).ram_tier;
+  j["ssd_write_queue_bytes"] = PlanMemory(options.ram_budget).write_queue;
   j["ram_evictions"] = s.ram_evictions;
   j["ssd_bytes"] = s.ssd_bytes;
   j["ssd_entries"] = s.ssd_entries;
@@ -250,15 +274,20 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   if (!options.disk_budget_set) options.disk_budget = DefaultDiskBudget(options.cache_dir);
   RaiseFdLimit();
 
+  const MemoryPlan memory = PlanMemory(options.ram_budget);
+  spdlog::info("--ram {} MiB: RAM tier {} MiB, SSD write queue {} MiB, index {} MiB",
+               options.ram_budget >> 20, memory.ram_tier >> 20, memory.write_queue >> 20,
+               kIndexMemoryBytes >> 20);
   cache::CacheOptions cache_options;
   cache_options.cache_dir = options.cache_dir;
-  cache_options.ram_budget = options.ram_budget;
+  cache_options.ram_budget = memory.ram_tier;
+  cache_options.ssd_write_queue_bytes = memory.write_queue;
   cache_options.disk_budget = options.disk_budget;
   cache_options.chunk_size = options.chunk_size;
   cache_options.use_io_uring = options.use_io_uring;
   cache_options.read_around = options.prefetch_threads > 0;
   // ---- prefetcher (issue #3): its epoch-aware policy ranks the RAM tier ----
-  const auto ram_policy = prefetch::Prefetcher::NewPolicy(options.ram_budget);
+  const auto ram_policy = prefetch::Prefetcher::NewPolicy(memory.ram_tier);
   cache_options.ram_policy_override = ram_policy;
   std::shared_ptr<prefetch::SourcePacer> pacer;
   if (options.prefetch_pacing && options.prefetch_threads > 0) {
@@ -293,7 +322,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   prefetch_options.pacer = pacer;
   if (options.prefetch_threads == 0) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
-  prefetch_options.ram_budget = options.ram_budget;
+  prefetch_options.ram_budget = memory.ram_tier;
   prefetch_options.chunk_size = options.chunk_size;
   auto prefetcher =
       prefetch::Prefetcher::Create(std::move(prefetch_options), &(*fs)->cache(), ram_policy);

@@ -390,5 +390,176 @@ TEST_F(MountedDirsTest, TwoThousandOpenFilesUnderAnFdLimitOf256) {
   for (int fd : fds) ::close(fd);
 }
 
+// The "open" mode over a real network filesystem: a GlusterFS volume on this machine
+// (tests/glusterfs.sh), mounted through Gluster's FUSE client, which `auto` must treat
+// as remote. One volume for the suite: starting one takes seconds.
+class GlusterSourceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!FuseAvailable()) return;
+    dir_ = new TempDir();
+    CommandResult r = epochfs::testing::Run(
+        {"bash", EPOCHFS_SOURCE_DIR "/tests/glusterfs.sh", "start", (dir_->path() / "g").string()});
+    if (r.exit_code == 0) {
+      volume_ = dir_->path() / "g" / "mnt";
+    } else {
+      skip_reason_ = r.output;
+    }
+  }
+  static void TearDownTestSuite() {
+    if (dir_) {
+      epochfs::testing::Run(
+          {"bash", EPOCHFS_SOURCE_DIR "/tests/glusterfs.sh", "stop", (dir_->path() / "g").string()});
+    }
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    EPOCHFS_SKIP_WITHOUT_FUSE();
+    if (volume_.empty()) GTEST_SKIP() << "GlusterFS could not start: " << skip_reason_;
+    // Each test its own folder in the volume, and its own mountpoint and cache.
+    src_ = volume_ / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fsys::remove_all(src_);
+    fsys::create_directories(src_);
+    fsys::create_directories(mnt_);
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline fsys::path volume_;
+  static inline std::string skip_reason_;
+  TempDir local_;
+  fsys::path src_;
+  fsys::path mnt_ = local_ / "mnt";
+  fsys::path cache_ = local_ / "cache";
+};
+
+TEST_F(GlusterSourceTest, AutoPicksOpenModeAndReadsAreByteIdentical) {
+  Dataset d = Dataset::Make(src_, 200, 4, 200000, 21);
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  EXPECT_EQ(m.Stats()["consistency"].get<std::string>(), "open");
+  for (int epoch = 0; epoch < 2; epoch++) {
+    for (const auto& [name, content] : d.files) ASSERT_EQ(ReadFile(mnt_ / name), content) << name;
+  }
+}
+
+TEST_F(GlusterSourceTest, RenameUnderneathIsSeenByTheNextOpenByName) {
+  WriteFile(src_ / "a", "AAAA\n");
+  WriteFile(src_ / "b", "BBBB\n");
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  EXPECT_EQ(ReadFile(mnt_ / "a"), "AAAA\n");
+  EXPECT_EQ(ReadFile(mnt_ / "b"), "BBBB\n");
+  fsys::rename(src_ / "a", src_ / "b");
+  EXPECT_EQ(ReadFile(mnt_ / "b"), "AAAA\n");
+  {
+    std::ofstream out(mnt_ / "a", std::ios::app);
+    out << "x\n";
+  }
+  EXPECT_EQ(ReadFile(src_ / "b"), "AAAA\n");
+  EXPECT_EQ(ReadFile(src_ / "a"), "x\n");
+}
+
+TEST_F(GlusterSourceTest, ChangesUnderneathAreSeenByTheNextOpen) {
+  WriteFile(src_ / "f", std::string(100000, 'a'));
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  EXPECT_EQ(ReadFile(mnt_ / "f"), std::string(100000, 'a'));
+  WriteFile(src_ / "f", std::string(50000, 'b'));  // shrunk and rewritten in place
+  EXPECT_EQ(ReadFile(mnt_ / "f"), std::string(50000, 'b'));
+  WriteFile(src_ / "f", std::string(150000, 'c'));  // grown
+  EXPECT_EQ(ReadFile(mnt_ / "f"), std::string(150000, 'c'));
+  fsys::remove(src_ / "f");
+  EXPECT_FALSE(fsys::exists(mnt_ / "f"));
+}
+
+TEST_F(GlusterSourceTest, AppendingWriterWithConcurrentReadersLosesNothing) {
+  WriteFile(src_ / "log", "");
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    while (!done) {
+      if (ReadFile(mnt_ / "log").find('\0') != std::string::npos) bad++;
+    }
+  });
+  std::string want;
+  int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 1500; i++) {
+    const std::string line = "line " + std::to_string(i) + "\n";
+    ASSERT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    want += line;
+  }
+  ::close(fd);
+  done = true;
+  reader.join();
+  EXPECT_EQ(ReadFile(src_ / "log"), want);
+  EXPECT_EQ(ReadFile(mnt_ / "log"), want);
+  EXPECT_EQ(bad.load(), 0);
+}
+
+// Inside a memory cgroup (a container's or a job scheduler's limit) the daemon and its
+// readers share the limit. --ram bounds what the daemon holds (RAM tier, SSD write
+// queue, index memory): two epochs over a data set 2.5x the limit run to the end,
+// nothing is OOM-killed and the daemon's peak RSS stays within --ram + 72 MB (the
+// issue's bound is 100 MB; before the write queue and the index came out of --ram,
+// this run peaked at --ram + 92 MB).
+TEST_F(MountedDirsTest, DataTwoAndAHalfTimesAMemoryLimitNothingOomKilled) {
+  const fsys::path cgroups = "/sys/fs/cgroup/memory";
+  if (!fsys::exists(cgroups / "cgroup.procs")) GTEST_SKIP() << "no cgroup-v1 memory controller";
+  const fsys::path group = cgroups / ("epochfs-test-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fsys::create_directory(group, ec);
+  if (ec) GTEST_SKIP() << "cannot create a memory cgroup: " << ec.message();
+  struct RemoveGroup {
+    fsys::path group;
+    ~RemoveGroup() { ::rmdir(group.c_str()); }
+  } remove_group{group};
+  constexpr uint64_t kLimit = 160ull << 20;
+  WriteFile(group / "memory.limit_in_bytes", std::to_string(kLimit));
+  // 400 MB of 128 KB files: 2.5x the limit.
+  const std::string block = RandomBytes(128 << 10, 77);
+  constexpr int kFiles = 3200;
+  for (int i = 0; i < kFiles; i++) {
+    fsys::create_directories(src_ / std::to_string(i % 16));
+    WriteFile(src_ / std::to_string(i % 16) / std::to_string(i), block.substr(i % 97) + block.substr(0, i % 97));
+  }
+  AgeFile(src_, 3600);
+  ::sync();
+  std::ofstream("/proc/sys/vm/drop_caches") << "3\n";
+  const std::string in_group = "echo $$ > " + (group / "cgroup.procs").string() + " && exec ";
+  CommandResult mounted = epochfs::testing::Run(
+      {"sh", "-c", in_group + EPOCHFS_BINARY + " mount " + src_.string() + " " + mnt_.string() +
+                       " --cache-dir " + cache_.string() + " --ram 64M"});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  struct Unmount {
+    fsys::path mnt;
+    ~Unmount() {
+      if (Epochfs({"umount", mnt.string()}).exit_code != 0) ::umount2(mnt.c_str(), MNT_DETACH);
+    }
+  } unmount{mnt_};
+  for (int epoch = 0; epoch < 2; epoch++) {
+    CommandResult read = epochfs::testing::Run(
+        {"sh", "-c", in_group + "find " + mnt_.string() + " -type f -exec cat {} + | cksum"});
+    EXPECT_EQ(read.exit_code, 0) << read.output;
+  }
+  // Still alive, and its bytes right.
+  const auto stats = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
+  EXPECT_EQ(ReadFile(mnt_ / "5" / "5"), block.substr(5) + block.substr(0, 5));
+  std::ifstream oom(group / "memory.oom_control");
+  std::string key;
+  uint64_t value = 0, oom_kills = 0;
+  while (oom >> key >> value) {
+    if (key == "oom_kill") oom_kills = value;
+  }
+  EXPECT_EQ(oom_kills, 0u);
+  EXPECT_LE(stats["daemon_peak_rss_bytes"].get<uint64_t>(), (64ull + 72) << 20) << stats.dump();
+  std::cout << "daemon peak RSS " << (stats["daemon_peak_rss_bytes"].get<uint64_t>() >> 20)
+            << " MiB with --ram 64M in a " << (kLimit >> 20) << " MiB cgroup, "
+            << (stats["ssd_writes_dropped"].get<uint64_t>()) << " SSD writes dropped\n";
+}
+
 }  // namespace
 }  // namespace epochfs::testing
