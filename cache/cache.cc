@@ -36,19 +36,13 @@ SourceIdentity SourceIdentity::FromStat(const struct ::stat& st) {
   };
 }
 
-namespace {
-
-// The "racily clean" rule (git's): bytes read from a file whose ctime is this close
-// to the moment the read started are served but not cached. A write after the read
-// started would get a ctime that the identity check can tell apart only if the
-// filesystem's timestamp clock has moved on; 50 ms exceeds every coarse clock tick.
-constexpr int64_t kRacilyCleanNs = 50'000'000;
-
 int64_t WallClockNs() {
   timespec ts;
   ::clock_gettime(CLOCK_REALTIME, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
+
+namespace {
 
 // Nothing to read: no tier was used, so report the fastest.
 ReadBuffer EmptyBuffer() {

@@ -54,6 +54,14 @@ struct SourceIdentity {
   static SourceIdentity FromStat(const struct ::stat& st);
 };
 
+// The "racily clean" window (git's): a file whose ctime is this close to a moment may
+// have changed again within the same timestamp tick, leaving its identity as it was.
+// The cache admits no bytes read that close to a change; fs/ trusts no kernel page
+// cache identity recorded that close to one.
+inline constexpr int64_t kRacilyCleanNs = 50'000'000;
+// Now, on the clock file timestamps come from.
+int64_t WallClockNs();
+
 // An open source file: the fd the cache reads misses from, and its identity.
 struct SourceFile {
   int fd = -1;  // borrowed, read-only; owned by the caller

@@ -3,20 +3,6 @@
 #include <sys/stat.h>
 
 namespace epochfs::fs {
-namespace {
-
-// As the cache's admission rule (cache/cache.cc): a change within this long of a
-// recorded identity may have left the identity as it was.
-constexpr int64_t kRacilyCleanNs = 50'000'000;
-
-int64_t WallClockNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
-}  // namespace
-
 InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat, uint64_t max_file_fds)
     : max_file_fds_(max_file_fds) {
   root_ = std::make_shared<Inode>();
@@ -116,7 +102,7 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
                                                      const cache::SourceIdentity& id,
                                                      bool written) {
   std::lock_guard lock(mutex_);
-  return Compare(inode, id, written, WallClockNs());
+  return Compare(inode, id, written, cache::WallClockNs());
 }
 
 // REQUIRES mutex_.
@@ -140,7 +126,7 @@ InodeTable::CacheMatch InodeTable::Compare(Inode& inode, const cache::SourceIden
   if (*inode.kernel_cache_id == id) {
     // The same identity again: keep when it was first recorded (what "settled" is
     // measured against) and whether the mount wrote it.
-    const bool settled = id.ctime_ns + kRacilyCleanNs < inode.kernel_cache_id_at_ns;
+    const bool settled = id.ctime_ns + cache::kRacilyCleanNs < inode.kernel_cache_id_at_ns;
     const bool trusted = settled || inode.kernel_cache_id_written;
     inode.kernel_cache_id_written = inode.kernel_cache_id_written || written;
     if (trusted || in_flight) return CacheMatch::kSame;

@@ -132,11 +132,9 @@ class InodeTable {
   uint64_t file_fds() const;
 
  private:
+  // REQUIRES mutex_. SwapKernelCacheId at wall-clock time `now`.
   CacheMatch Compare(Inode& inode, const cache::SourceIdentity& id, bool written, int64_t now);
 
- public:
-
- private:
   struct DevIno {
     uint64_t dev, ino;
     bool operator==(const DevIno&) const = default;
