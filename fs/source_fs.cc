@@ -87,13 +87,13 @@ uint64_t FdLimit() {
 // for open files' source fds ("open" mode; more opens than that share them), the rest
 // for directories, the cache's packs, RocksDB and sockets.
 uint64_t MaxFileFds() { return FdLimit() / 2; }
+size_t MaxHandleFds() { return std::max<size_t>(8, FdLimit() / 4); }
 
 Status FsyncFd(int fd, bool datasync) {
   int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
   if (rc < 0) return Errno("fsync");
   return Status::Ok();
 }
-size_t MaxHandleFds() { return std::max<size_t>(8, FdLimit() / 4); }
 
 }  // namespace
 
@@ -575,20 +575,12 @@ std::unique_ptr<FileHandle> SourceFs::NewHandle(std::shared_ptr<Inode> inode, Un
                                                 const cache::SourceIdentity& id, int flags) {
   return std::make_unique<FileHandle>(
       std::move(inode), std::move(fd), id, SourceOpenFlags(flags), handle_fds_,
-      [this](const Inode& node, int reopen_flags) { return ReopenHandleFd(node, reopen_flags); });
-}
-
-Result<UniqueFd> SourceFs::ReopenHandleFd(const Inode& inode, int flags) {
-  if (inode.path_fd) {
-    // The node's O_PATH fd reaches its inode even after a rename or unlink.
-    const std::string path = fmt::format("/proc/self/fd/{}", inode.path_fd.get());
-    UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC));
-    if (!fd) return Errno("reopen an open file's source");
-    return fd;
-  }
-  auto opened = OpenNode(inode, flags);  // by name, checked to be the same inode
-  if (!opened.ok()) return opened.status();
-  return std::move(opened->first);
+      // Closed by the budget, the handle's fd is opened again on the same inode.
+      [this](const Inode& node, int reopen_flags) -> Result<UniqueFd> {
+        auto reopened = ReopenNode(node, reopen_flags);
+        if (!reopened.ok()) return reopened.status();
+        return std::move(reopened->first);
+      });
 }
 
 Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const Inode& inode,

@@ -203,8 +203,6 @@ class SourceFs {
   // from what it held before (and the mount did not write it), has the watcher drop
   // the kernel's pages.
   void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id);
-  // A handle's fd, closed by the budget, opened again: the same inode.
-  Result<UniqueFd> ReopenHandleFd(const Inode& inode, int flags);
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
   // Reads through the cache, as of identity `id` (updated if the file grew meanwhile).
