@@ -180,14 +180,18 @@ TEST_F(PrefetcherIo, SourceReadsStayWithinTheBudget) {
   const auto start = std::chrono::steady_clock::now();
   SequentialThenShuffled(*p, 10);
   ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
-  for (int i = 0; i < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  // Polls until it has read past the burst (a loaded CI machine may take a while to get
+  // there), checking the ceiling at each step. The elapsed time is taken after the
+  // stats, so the bound is never tighter than the truth.
+  const auto deadline = start + std::chrono::seconds(20);
+  PrefetcherStats s = p->Stats();
+  while (s.prefetch_source_reads <= 50 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = p->Stats();
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const PrefetcherStats s = p->Stats();
-    EXPECT_LE(s.prefetch_source_reads, 5 + 50 * elapsed + 4) << "after " << elapsed << " s";
+    ASSERT_LE(s.prefetch_source_reads, 5 + 50 * elapsed + 4) << "after " << elapsed << " s";
   }
-  const PrefetcherStats s = p->Stats();
   EXPECT_GT(s.prefetch_source_reads, 50u);  // it did read (past the burst)
   EXPECT_GT(s.budget_wait_ms, 0u);          // and it waited for the budget
 }
