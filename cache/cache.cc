@@ -120,6 +120,8 @@ class CacheImpl final : public Cache {
   Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
   Result<PrefetchResult> Prefetch(const SourceFile& file) override;
 
+  std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files) override;
+
   uint32_t DemandFillsInFlight() const override {
     return demand_fills_.load(std::memory_order_relaxed);
   }
@@ -237,6 +239,38 @@ Result<PrefetchResult> CacheImpl::Prefetch(const SourceFile& file) {
   }
   for (size_t i = 0; i < chunks; ++i) result.chunks_in_ram += ram_->Contains(KeyOf(file, i)) ? 1 : 0;
   return result;
+}
+
+std::vector<bool> CacheImpl::StreamFromSsd(std::span<const SourceIdentity> files) {
+  std::vector<bool> in_ram(files.size(), false);
+  if (!ssd_) return in_ram;
+  std::vector<StreamItem> items;
+  std::vector<size_t> file_of;  // items[k] is a chunk of files[file_of[k]]
+  std::vector<uint32_t> missing(files.size(), 0);
+  for (size_t f = 0; f < files.size(); ++f) {
+    const SourceIdentity& id = files[f];
+    const uint64_t chunks = id.size == 0 ? 0 : (id.size - 1) / options_.chunk_size + 1;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const ChunkKey key{id.dev, id.ino, static_cast<uint32_t>(c)};
+      if (ram_->Contains(key)) {
+        ++prefetch_already_cached_;
+        continue;
+      }
+      items.push_back(StreamItem{key, id});
+      file_of.push_back(f);
+      ++missing[f];
+    }
+  }
+  const std::vector<bool> streamed = ssd_->Stream(items);
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (!streamed[k]) continue;
+    --missing[file_of[k]];
+    ++prefetch_from_ssd_;
+    const uint64_t start = uint64_t{items[k].key.chunk} * options_.chunk_size;
+    prefetch_bytes_ += std::min<uint64_t>(options_.chunk_size, items[k].id.size - start);
+  }
+  for (size_t f = 0; f < files.size(); ++f) in_ram[f] = missing[f] == 0;
+  return in_ram;
 }
 
 Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
@@ -453,6 +487,9 @@ CacheStats CacheImpl::Stats() const {
     s.compressed_entries = ssd.compressed_entries;
     s.ssd_read_errors = ssd.read_errors;
     s.ssd_read_around = ssd.read_around_entries;
+    s.ssd_streamed = ssd.streamed_entries;
+    s.ssd_stream_ios = ssd.stream_ios;
+    s.ssd_stream_bytes = ssd.stream_bytes;
     s.index_dangling_records = ssd.dangling_records;
     s.index_rebuilt = ssd.index_rebuilt;
     s.ssd_degraded = ssd.degraded;

@@ -33,7 +33,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cache/status.h"
 
@@ -138,6 +140,8 @@ struct CacheStats {
   uint64_t compressed_entries = 0;
   uint64_t ssd_read_errors = 0;  // pack reads that failed (served as misses)
   uint64_t ssd_read_around = 0;  // neighbouring entries moved to RAM by read-around
+  // StreamFromSsd(): entries brought into RAM, and the IOs and bytes read for them.
+  uint64_t ssd_streamed = 0, ssd_stream_ios = 0, ssd_stream_bytes = 0;
   uint64_t index_dangling_records = 0;  // at start-up: records without pack bytes, dropped
   bool index_rebuilt = false;           // at start-up: the index was damaged and rebuilt
   // Prefetch(): chunks brought into RAM from the SSD tier / read from the source, and
@@ -169,6 +173,15 @@ class Cache {
   // afterwards (0 when the policy refused them all) and what was read from the source
   // (for a readahead budget), or the source's error.
   virtual Result<PrefetchResult> Prefetch(const SourceFile& file) = 0;
+
+  // Brings the files into RAM from the SSD tier as Prefetch() would, but all at once:
+  // their entries are read in pack order, in large sequential reads (ssd_tier.h,
+  // Streaming), verified, and offered to the RAM policy. `files` carry the identities
+  // the caller just took from the source; a chunk cached under another identity is not
+  // streamed. Returns, per file, whether every chunk of it is in RAM afterwards. Reads
+  // nothing from the source: files it could not bring (not cached, stale, corrupt,
+  // refused by the policy) are the caller's to read another way.
+  virtual std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files) = 0;
 
   // Demand reads (Read(), not Prefetch()) now filling chunks from the SSD tier or the
   // source: readahead holds back while this is non-zero (demand first).

@@ -610,6 +610,123 @@ TEST_P(CacheTest, ReadAroundMovesNeighboursToRam) {
   EXPECT_LE(s.ssd_hits, 8u);
 }
 
+// Fills the SSD tier with `n` files of about `size` bytes (one chunk each), restarts
+// the cache, and returns the files' contents.
+class StreamTest : public CacheTest {
+ protected:
+  std::vector<std::string> FillSsd(int n, size_t size) {
+    std::vector<std::string> contents;
+    for (int i = 0; i < n; ++i) {
+      contents.push_back(RandomBytes(size - static_cast<size_t>(i) * 7, 900 + i));
+      WriteFile(Src(std::to_string(i)), contents.back());
+    }
+    WaitUntilFilesSettle();
+    auto cache = OpenCache(Options());
+    for (int i = 0; i < n; ++i) ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))));
+    EXPECT_TRUE(cache->Flush().ok());
+    return contents;
+  }
+  std::vector<SourceIdentity> Identities(int n) const {
+    std::vector<SourceIdentity> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(OpenSourceFile(Src(std::to_string(i))).file.id);
+    return ids;
+  }
+};
+
+// After a restart, 60 files stream into RAM in a few large reads; every later read is a
+// byte-exact RAM hit; the pack bytes did not also land in the page cache.
+TEST_P(StreamTest, BringsFilesIntoRamInFewLargeReads) {
+  constexpr int kFiles = 60;
+  const std::vector<std::string> contents = FillSsd(kFiles, 50'000);
+  auto cache = OpenCache(Options());
+  std::vector<SourceIdentity> ids = Identities(kFiles);
+  std::reverse(ids.begin(), ids.end());  // any order: the cache sorts by pack position
+  const std::vector<bool> in_ram = cache->StreamFromSsd(ids);
+  EXPECT_EQ(std::count(in_ram.begin(), in_ram.end(), true), kFiles);
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.ssd_streamed, static_cast<uint64_t>(kFiles));
+  // 3 MB in runs of at most 4 MiB (packs of 4 MiB here): one or two reads.
+  EXPECT_LE(s.ssd_stream_ios, 3u);
+  EXPECT_GE(s.ssd_stream_bytes, 60u * 49'000);
+  for (int i = 0; i < kFiles; ++i) {
+    Tier tier;
+    ASSERT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
+    EXPECT_EQ(tier, Tier::kRam) << i;
+  }
+  EXPECT_EQ(cache->Stats().source_reads, 0u);
+  EXPECT_EQ(cache->Stats().ssd_hits, 0u);
+  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) {
+    EXPECT_LE(testing::ResidentPages(e.path()), 2u) << e.path();  // O_DIRECT: not cached
+  }
+}
+
+// A damaged entry in the middle of a streamed run is dropped and counted; its
+// neighbours stream; its own read comes from the source, byte-exact.
+TEST_P(StreamTest, CorruptEntryInARunIsDroppedAndReadFromTheSource) {
+  constexpr int kFiles = 20;
+  const std::vector<std::string> contents = FillSsd(kFiles, 30'000);
+  std::vector<fs::path> packs;
+  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
+  ASSERT_EQ(packs.size(), 1u);
+  {
+    // A byte in the middle of the pack: inside the data of one of the middle entries.
+    std::fstream f(packs[0], std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(packs[0]) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  auto cache = OpenCache(Options());
+  const std::vector<bool> in_ram = cache->StreamFromSsd(Identities(kFiles));
+  EXPECT_EQ(std::count(in_ram.begin(), in_ram.end(), false), 1);
+  EXPECT_EQ(cache->Stats().corrupt_entries, 1u);
+  EXPECT_EQ(cache->Stats().ssd_streamed, static_cast<uint64_t>(kFiles - 1));
+  for (int i = 0; i < kFiles; ++i) {
+    Tier tier;
+    ASSERT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
+    EXPECT_EQ(tier, in_ram[i] ? Tier::kRam : Tier::kSource) << i;
+  }
+  EXPECT_EQ(cache->Stats().source_reads, 1u);
+}
+
+// A file changed since it was cached is not streamed (its record is dropped as stale),
+// and its read serves the new bytes.
+TEST_P(StreamTest, ChangedFileIsNeverStreamed) {
+  constexpr int kFiles = 10;
+  FillSsd(kFiles, 20'000);
+  const std::string fresh = RandomBytes(20'000, 77);
+  WriteFile(Src("3"), fresh);
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(Options());
+  const std::vector<bool> in_ram = cache->StreamFromSsd(Identities(kFiles));
+  for (int i = 0; i < kFiles; ++i) EXPECT_EQ(in_ram[i], i != 3) << i;
+  EXPECT_EQ(cache->Stats().stale_entries, 1u);
+  EXPECT_EQ(cache->Stats().ram_entries, static_cast<uint64_t>(kFiles - 1));
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src("3")), &tier), fresh);
+  EXPECT_EQ(tier, Tier::kSource);
+}
+
+// Streaming never takes the RAM tier past its budget: what does not fit is refused.
+TEST_P(StreamTest, RamBudgetHoldsWhileStreaming) {
+  constexpr int kFiles = 40;
+  FillSsd(kFiles, 50'000);
+  CacheOptions o = Options();
+  o.ram_budget = 10 * 50'000;
+  o.ram_policy = RamPolicy::kStatic;
+  auto cache = OpenCache(o);
+  const std::vector<bool> in_ram = cache->StreamFromSsd(Identities(kFiles));
+  const auto streamed = std::count(in_ram.begin(), in_ram.end(), true);
+  EXPECT_GT(streamed, 0);
+  EXPECT_LT(streamed, kFiles);
+  EXPECT_LE(cache->Stats().ram_bytes, o.ram_budget);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, StreamTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "IoUring" : "Pread"; });
+
 TEST_P(CacheTest, ConcurrentReadersOfOneFileReadEachChunkOnce) {
   CacheOptions o = Options();
   o.chunk_size = 64 << 10;

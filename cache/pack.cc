@@ -147,6 +147,14 @@ Result<ChunkBytes> DecodeEntryData(const EntryHeader& header,
   return ChunkBytes::Own(std::move(plain).value());
 }
 
+Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored) {
+  if (stored.size() < header.stored_len) return Status::Corruption("partial entry data");
+  Result<std::string> plain =
+      Decode(header.codec, stored.first(header.stored_len), header.plain_len, header.checksum);
+  if (!plain.ok()) return plain.status();
+  return ChunkBytes::Own(std::move(plain).value());
+}
+
 std::vector<FoundEntry> FindEntries(std::span<const char> bytes, uint64_t bytes_offset) {
   std::vector<FoundEntry> found;
   char magic[4];
@@ -231,7 +239,15 @@ Result<uint64_t> PackWriter::AppendRaw(std::span<const char> entry_bytes) {
 
 Status PackWriter::Sync() {
   Status st = io_.DataSync(fd_.get());
-  if (!st.ok()) broken_ = true;  // after a failed fsync the page cache state is unknown
+  if (!st.ok()) {
+    broken_ = true;  // after a failed fsync the page cache state is unknown
+    return st;
+  }
+  // The synced pages are clean now, and their bytes are in the RAM tier or were just
+  // served: a page-cache copy would only double what the daemon's memory limit pays for.
+  (void)::posix_fadvise(fd_.get(), static_cast<off_t>(dropped_upto_),
+                        static_cast<off_t>(tail_ - dropped_upto_), POSIX_FADV_DONTNEED);
+  dropped_upto_ = tail_ / kDirectIoAlignment * kDirectIoAlignment;  // keep the partial tail page
   return st;
 }
 
@@ -247,7 +263,19 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(IoEngine& io,
   Result<size_t> n = io.ReadAt(fd.get(), header, sizeof(header), 0);
   if (!n.ok()) return n.status();
   EPOCHFS_RETURN_IF_ERROR(CheckFileHeader(std::span<const char>(header, *n), pack_id));
-  return std::shared_ptr<PackReader>(new PackReader(io, std::move(fd), pack_id));
+  // tmpfs before Linux 6.6 and some FUSE cache disks refuse O_DIRECT: then streamed reads
+  // go through the page cache and drop it behind them.
+  UniqueFd direct(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+  auto reader =
+      std::shared_ptr<PackReader>(new PackReader(io, std::move(fd), std::move(direct), pack_id));
+  reader->DropCachedRange(0, 128u << 10);  // the header, and what readahead brought with it
+  return reader;
+}
+
+void PackReader::DropCachedRange(uint64_t offset, uint64_t len) const {
+  // Advice: a failure only costs memory, never correctness.
+  (void)::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(len),
+                        POSIX_FADV_DONTNEED);
 }
 
 Result<std::shared_ptr<const std::string>> PackReader::ReadRange(uint64_t offset,
@@ -255,6 +283,7 @@ Result<std::shared_ptr<const std::string>> PackReader::ReadRange(uint64_t offset
   std::string bytes(len, '\0');
   Result<size_t> n = io_.ReadAt(fd_.get(), bytes.data(), len, offset);
   if (!n.ok()) return n.status();
+  DropCachedRange(offset, len);
   bytes.resize(*n);
   return std::make_shared<const std::string>(std::move(bytes));
 }

@@ -65,6 +65,8 @@ namespace epochfs::cache {
 constexpr char kPackMagic[8] = {'E', 'P', 'O', 'C', 'H', 'P', 'K', '1'};
 constexpr uint32_t kPackFormatVersion = 1;
 constexpr size_t kPackHeaderSize = 32;
+// O_DIRECT reads are aligned to this (the largest logical block size of common disks).
+constexpr size_t kDirectIoAlignment = 4096;
 
 constexpr uint32_t kEntryMagic = 0x45435045;  // bytes "EPCE"
 constexpr uint16_t kEntryHeaderVersion = 1;
@@ -107,6 +109,9 @@ Result<EntryHeader> DecodeEntryHeader(std::span<const char> bytes);
 Result<ChunkBytes> DecodeEntryData(const EntryHeader& header,
                                    const std::shared_ptr<const std::string>& buffer,
                                    size_t stored_pos, bool share_buffer);
+// The same for stored bytes in a buffer the caller keeps (a streamed read): the result
+// is always a buffer of its own, so the RAM tier's budget counts exactly its bytes.
+Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored);
 
 // An entry found in a span of pack bytes.
 struct FoundEntry {
@@ -150,6 +155,7 @@ class PackWriter {
   UniqueFd fd_;
   uint32_t id_;
   uint64_t tail_ = kPackHeaderSize;
+  uint64_t dropped_upto_ = 0;  // page cache before this offset was dropped after a sync
   bool broken_ = false;
   std::string scratch_;  // header + stored bytes, written with one pwrite
 };
@@ -166,15 +172,27 @@ class PackReader {
   // kCorruption ("pack 12 offset 4096: checksum mismatch", also for a short read).
   Result<ChunkBytes> ReadEntry(uint64_t offset, uint32_t stored_len, const ChunkKey& key) const;
 
-  // Reads pack bytes [offset, offset + len) (fewer at end of file).
+  // Reads pack bytes [offset, offset + len) (fewer at end of file). The pages read are
+  // dropped from the page cache afterwards: the bytes go on to the RAM tier, and a second
+  // copy in the page cache would only double what the daemon's memory limit pays for.
   Result<std::shared_ptr<const std::string>> ReadRange(uint64_t offset, size_t len) const;
+
+  // For large streamed reads: an O_DIRECT descriptor of the pack (reads bypass the page
+  // cache; offsets, lengths and buffers aligned to kDirectIoAlignment), or -1 where the
+  // cache filesystem refuses O_DIRECT (then use fd() and DropCachedRange()).
+  int direct_fd() const { return direct_fd_.get(); }
+  int fd() const { return fd_.get(); }
+  // Tells the kernel it may drop the page cache of [offset, offset + len).
+  void DropCachedRange(uint64_t offset, uint64_t len) const;
 
   uint32_t id() const { return id_; }
 
  private:
-  PackReader(IoEngine& io, UniqueFd fd, uint32_t id) : io_(io), fd_(std::move(fd)), id_(id) {}
+  PackReader(IoEngine& io, UniqueFd fd, UniqueFd direct_fd, uint32_t id)
+      : io_(io), fd_(std::move(fd)), direct_fd_(std::move(direct_fd)), id_(id) {}
   IoEngine& io_;
   UniqueFd fd_;
+  UniqueFd direct_fd_;  // invalid where O_DIRECT is refused
   uint32_t id_;
 };
 

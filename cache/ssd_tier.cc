@@ -281,12 +281,7 @@ std::optional<uint64_t> SsdTier::Position(const ChunkKey& key) const {
   return (uint64_t{(*record)->pack_id} << 40) + (*record)->offset;
 }
 
-std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    auto it = pending_.find(key);
-    if (it != pending_.end() && it->second.id == id) return it->second.bytes;
-  }
+std::optional<IndexRecord> SsdTier::CurrentRecord(const ChunkKey& key, const SourceIdentity& id) {
   Result<std::optional<IndexRecord>> record = index_->Get(key);
   if (!record.ok()) {
     if (record.status().code() == Code::kCorruption) {
@@ -298,28 +293,55 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
     return std::nullopt;
   }
   if (!*record) return std::nullopt;
-  const IndexRecord& rec = **record;
-  if (rec.identity(key) != id) {
-    DropRecord(key, rec, DropReason::kStale);
+  if ((*record)->identity(key) != id) {
+    DropRecord(key, **record, DropReason::kStale);
     return std::nullopt;
   }
+  return **record;
+}
+
+void SsdTier::PackUnreadable(const ChunkKey& key, const IndexRecord& rec, const Status& why) {
+  if (corrupt_logged_.fetch_add(1) < kMaxCorruptionWarnings) {
+    spdlog::warn("cache: cannot read pack {} for ino {} chunk {}: {}", rec.pack_id, key.ino,
+                 key.chunk, why.ToString());
+  }
+  switch (why.code()) {
+    case Code::kNotFound:
+      DropRecord(key, rec, DropReason::kMissingPack);
+      break;
+    case Code::kCorruption:
+      DropRecord(key, rec, DropReason::kCorrupt);
+      break;
+    default:
+      ++read_errors_;
+      break;
+  }
+}
+
+void SsdTier::EntryCorrupt(const ChunkKey& key, const IndexRecord& rec, const Status& why) {
+  if (why.code() != Code::kCorruption) {
+    ++read_errors_;  // a failed read is a miss; the record may be fine
+    return;
+  }
+  if (corrupt_logged_.fetch_add(1) < kMaxCorruptionWarnings) {
+    spdlog::warn("cache: dropping corrupt entry (ino {} chunk {}): {}", key.ino, key.chunk,
+                 why.message());
+  }
+  DropRecord(key, rec, DropReason::kCorrupt);
+}
+
+std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    auto it = pending_.find(key);
+    if (it != pending_.end() && it->second.id == id) return it->second.bytes;
+  }
+  std::optional<IndexRecord> record = CurrentRecord(key, id);
+  if (!record) return std::nullopt;
+  const IndexRecord& rec = *record;
   Result<std::shared_ptr<PackReader>> reader = ReaderFor(rec.pack_id);
   if (!reader.ok()) {
-    if (corrupt_logged_.fetch_add(1) < kMaxCorruptionWarnings) {
-      spdlog::warn("cache: cannot read pack {} for ino {} chunk {}: {}", rec.pack_id, key.ino,
-                   key.chunk, reader.status().ToString());
-    }
-    switch (reader.status().code()) {
-      case Code::kNotFound:
-        DropRecord(key, rec, DropReason::kMissingPack);
-        break;
-      case Code::kCorruption:
-        DropRecord(key, rec, DropReason::kCorrupt);
-        break;
-      default:
-        ++read_errors_;
-        break;
-    }
+    PackUnreadable(key, rec, reader.status());
     return std::nullopt;
   }
   const bool read_around = ram_ != nullptr && options_.read_around_window > 0 &&
@@ -327,18 +349,162 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
   Result<ChunkBytes> bytes = read_around ? ReadWithNeighbours(**reader, key, rec)
                                          : (*reader)->ReadEntry(rec.offset, rec.stored_len, key);
   if (!bytes.ok()) {
-    if (bytes.status().code() == Code::kCorruption) {
-      if (corrupt_logged_.fetch_add(1) < kMaxCorruptionWarnings) {
-        spdlog::warn("cache: dropping corrupt entry (ino {} chunk {}): {}", key.ino, key.chunk,
-                     bytes.status().message());
-      }
-      DropRecord(key, rec, DropReason::kCorrupt);
-    } else {
-      ++read_errors_;  // a failed read is a miss; the record may be fine
-    }
+    EntryCorrupt(key, rec, bytes.status());
     return std::nullopt;
   }
   return std::move(bytes).value();
+}
+
+namespace {
+
+// A buffer for O_DIRECT reads: aligned, freed with free().
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<char, FreeDeleter>;
+
+AlignedBuffer AllocateAligned(size_t len) {
+  void* p = nullptr;
+  if (::posix_memalign(&p, kDirectIoAlignment, std::max<size_t>(len, kDirectIoAlignment)) != 0) {
+    return nullptr;
+  }
+  return AlignedBuffer(static_cast<char*>(p));
+}
+
+}  // namespace
+
+std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
+  std::vector<bool> in_ram(items.size(), false);
+  if (ram_ == nullptr) return in_ram;
+  struct Want {
+    size_t item;
+    IndexRecord rec;
+  };
+  std::vector<Want> wants;
+  wants.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StreamItem& item = items[i];
+    std::optional<ChunkBytes> pending;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      auto it = pending_.find(item.key);
+      if (it != pending_.end() && it->second.id == item.id) pending = it->second.bytes;
+    }
+    if (pending) {
+      in_ram[i] = ram_->Insert(item.key, item.id, std::move(*pending));
+      continue;
+    }
+    if (std::optional<IndexRecord> rec = CurrentRecord(item.key, item.id)) {
+      wants.push_back(Want{i, *rec});
+    }
+  }
+  std::sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) {
+    return std::tie(a.rec.pack_id, a.rec.offset) < std::tie(b.rec.pack_id, b.rec.offset);
+  });
+
+  // Runs of entries of one pack, each read in one aligned IO.
+  struct Run {
+    uint32_t pack_id;
+    uint64_t start, end;  // aligned
+    size_t first, last;   // wants[first, last)
+    std::shared_ptr<PackReader> reader;
+    AlignedBuffer buffer;
+  };
+  std::vector<Run> runs;
+  for (size_t w = 0; w < wants.size(); ++w) {
+    const IndexRecord& rec = wants[w].rec;
+    const uint64_t entry_end = rec.offset + EntryLen(rec);
+    const uint64_t aligned_end =
+        (entry_end + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
+    if (!runs.empty()) {
+      Run& run = runs.back();
+      if (run.pack_id == rec.pack_id && rec.offset <= run.end + options_.stream_gap &&
+          aligned_end - run.start <= options_.stream_io_bytes) {
+        run.end = std::max(run.end, aligned_end);
+        run.last = w + 1;
+        continue;
+      }
+    }
+    runs.push_back(Run{rec.pack_id, rec.offset / kDirectIoAlignment * kDirectIoAlignment,
+                       aligned_end, w, w + 1, nullptr, nullptr});
+  }
+
+  for (size_t group = 0; group < runs.size(); group += options_.stream_depth) {
+    const size_t group_end = std::min(runs.size(), group + options_.stream_depth);
+    std::vector<ReadOp> ops;
+    std::vector<Run*> op_runs;
+    for (size_t r = group; r < group_end; ++r) {
+      Run& run = runs[r];
+      Result<std::shared_ptr<PackReader>> reader = ReaderFor(run.pack_id);
+      if (!reader.ok()) {
+        for (size_t w = run.first; w < run.last; ++w) {
+          PackUnreadable(items[wants[w].item].key, wants[w].rec, reader.status());
+        }
+        continue;
+      }
+      run.reader = *reader;
+      run.buffer = AllocateAligned(run.end - run.start);
+      if (!run.buffer) continue;  // out of memory: leave these to demand reads
+      const int fd = run.reader->direct_fd() >= 0 ? run.reader->direct_fd() : run.reader->fd();
+      ReadOp op;
+      op.fd = fd;
+      op.buf = run.buffer.get();
+      op.len = run.end - run.start;
+      op.offset = run.start;
+      ops.push_back(op);
+      op_runs.push_back(&run);
+    }
+    io_.ReadBatch(ops).IgnoreError();  // each op carries its own status
+    for (size_t k = 0; k < ops.size(); ++k) {
+      Run& run = *op_runs[k];
+      const ReadOp& op = ops[k];
+      if (run.reader->direct_fd() < 0) run.reader->DropCachedRange(run.start, op.len);
+      if (!op.status.ok()) {
+        for (size_t w = run.first; w < run.last; ++w) ++read_errors_;
+        continue;
+      }
+      ++stream_ios_;
+      stream_bytes_ += op.bytes_read;
+      const std::span<const char> bytes(run.buffer.get(), op.bytes_read);
+      for (size_t w = run.first; w < run.last; ++w) {
+        const StreamItem& item = items[wants[w].item];
+        const IndexRecord& rec = wants[w].rec;
+        Result<ChunkBytes> plain = DecodeStreamed(bytes, run.start, item.key, rec);
+        if (!plain.ok()) {
+          EntryCorrupt(item.key, rec, plain.status());
+          continue;
+        }
+        if (ram_->Insert(item.key, item.id, std::move(plain).value())) {
+          in_ram[wants[w].item] = true;
+          ++streamed_;
+        }
+      }
+      run.buffer.reset();  // release each run's memory as soon as it is decoded
+    }
+  }
+  return in_ram;
+}
+
+Result<ChunkBytes> SsdTier::DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
+                                           const ChunkKey& key, const IndexRecord& rec) const {
+  const uint64_t at = rec.offset - bytes_offset;
+  if (bytes.size() < at + EntryLen(rec)) {
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: short read", rec.pack_id, rec.offset));
+  }
+  Result<EntryHeader> header = DecodeEntryHeader(bytes.subspan(at));
+  if (!header.ok() || header->key != key || header->stored_len != rec.stored_len) {
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset,
+                    header.ok() ? "entry is not the indexed one" : header.status().message()));
+  }
+  Result<ChunkBytes> plain =
+      DecodeEntryData(*header, bytes.subspan(at + kEntryHeaderSize, rec.stored_len));
+  if (!plain.ok()) {
+    return Status::Corruption(
+        fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset, plain.status().message()));
+  }
+  return plain;
 }
 
 Result<ChunkBytes> SsdTier::ReadWithNeighbours(const PackReader& reader, const ChunkKey& key,
@@ -496,6 +662,9 @@ SsdStats SsdTier::GetStats() const {
   s.read_errors = read_errors_;
   s.compressed_entries = compressed_;
   s.read_around_entries = read_around_;
+  s.streamed_entries = streamed_;
+  s.stream_ios = stream_ios_;
+  s.stream_bytes = stream_bytes_;
   s.dangling_records = dangling_records_;
   s.index_rebuilt = index_rebuilt_after_corruption_;
   s.degraded = degraded_;

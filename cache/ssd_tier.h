@@ -31,6 +31,15 @@
 // "degraded": one warning, no writes, reads unaffected, a retry every
 // degraded_retry.
 //
+// Streaming. Stream() takes the chunks the prefetcher predicts next, with identities it
+// just took from the source, looks them up, sorts them by pack position and reads them
+// in runs of adjacent entries (up to stream_io_bytes each, stream_depth runs in flight
+// on one io_uring submission, O_DIRECT so the pack bytes do not also sit in the page
+// cache). Each entry is verified as a demand read verifies it (header, key, lengths,
+// XXH3); a bad one is dropped and counted, never inserted. Good ones are copied out of
+// the run buffer (the RAM tier's budget counts exactly their bytes) and inserted into
+// the RAM tier, whose policy may refuse them.
+//
 // Start-up. A missing, never-completed or corrupt index is rebuilt by scanning every pack
 // (latest entry of a key wins; data checksums verified). Records pointing at missing
 // packs are dropped. Live bytes per pack are recounted from the index. Packs are
@@ -53,6 +62,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -88,6 +98,17 @@ struct SsdTierOptions {
   std::chrono::milliseconds max_enqueue_wait{2'000};
   std::chrono::milliseconds degraded_retry{30'000};
   size_t read_around_window = kReadAroundWindow;  // 0 disables read-around
+  // Streamed reads: the largest run read in one IO, the most runs in flight, and the
+  // largest gap of unwanted bytes a run reads through rather than starting a new IO.
+  size_t stream_io_bytes = 4u << 20;
+  size_t stream_depth = 4;
+  size_t stream_gap = 128u << 10;
+};
+
+// A chunk to stream into RAM, with the identity its source file has now.
+struct StreamItem {
+  ChunkKey key;
+  SourceIdentity id;
 };
 
 struct SsdStats {
@@ -99,6 +120,8 @@ struct SsdStats {
   uint64_t stale_entries = 0, corrupt_entries = 0, read_errors = 0;
   uint64_t compressed_entries = 0;
   uint64_t read_around_entries = 0;  // neighbours handed to the RAM tier
+  // Stream(): entries inserted into RAM, the IOs and bytes it read for them.
+  uint64_t streamed_entries = 0, stream_ios = 0, stream_bytes = 0;
   // At start-up: index records that pointed at missing pack bytes (dropped), and
   // whether the index was found damaged and rebuilt from the packs.
   uint64_t dangling_records = 0;
@@ -125,6 +148,11 @@ class SsdTier {
   // (pack id << 40) + offset of the chunk's entry, or nullopt if it is not indexed (or
   // the index cannot say). Identity is not checked: for ordering reads only.
   std::optional<uint64_t> Position(const ChunkKey& key) const;
+
+  // Brings the items the tier holds with their identity into the RAM tier (see
+  // Streaming above). Returns, per item, whether its bytes are now in RAM. Never fails:
+  // every problem leaves that item out (and is counted).
+  std::vector<bool> Stream(std::span<const StreamItem> items);
 
   // Queues the chunk for persistence. Never blocks; returns false if it was dropped
   // (queue full, tier full or degraded).
@@ -179,6 +207,17 @@ class SsdTier {
   Result<ChunkBytes> ReadWithNeighbours(const PackReader& reader, const ChunkKey& key,
                                         const IndexRecord& record);
   void DropRecord(const ChunkKey& key, const IndexRecord& record, DropReason reason);
+  // The index record of `key` if it holds the chunk with identity `id` (else nullopt;
+  // a stale or undecodable record is dropped and counted).
+  std::optional<IndexRecord> CurrentRecord(const ChunkKey& key, const SourceIdentity& id);
+  // Logs and counts a pack that cannot be opened, dropping `record` where the pack is
+  // gone or damaged.
+  void PackUnreadable(const ChunkKey& key, const IndexRecord& record, const Status& why);
+  void EntryCorrupt(const ChunkKey& key, const IndexRecord& record, const Status& why);
+  // Verifies and decodes the entry `rec` of `key` found in `bytes` (pack bytes from
+  // `bytes_offset`); kCorruption with its location when anything disagrees.
+  Result<ChunkBytes> DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
+                                    const ChunkKey& key, const IndexRecord& rec) const;
   void AddLiveLocked(const IndexRecord& record, int64_t sign);  // REQUIRES meta_mu_
 
   // Writer thread.
@@ -245,6 +284,7 @@ class SsdTier {
   std::atomic<uint64_t> writes_{0}, write_bytes_{0}, writes_dropped_{0};
   std::atomic<uint64_t> packs_reclaimed_{0}, stale_{0}, corrupt_{0}, read_errors_{0};
   std::atomic<uint64_t> compressed_{0}, read_around_{0};
+  std::atomic<uint64_t> streamed_{0}, stream_ios_{0}, stream_bytes_{0};
   std::atomic<uint64_t> corrupt_logged_{0};
   uint64_t dangling_records_ = 0;              // set during Recover() only
   bool index_rebuilt_after_corruption_ = false;  // set during Recover() only

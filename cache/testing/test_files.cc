@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace epochfs::cache::testing {
 
@@ -71,5 +74,22 @@ std::string TextBytes(size_t n, uint64_t seed) {
 }
 
 void WaitUntilFilesSettle() { std::this_thread::sleep_for(std::chrono::milliseconds(60)); }
+
+size_t ResidentPages(const std::filesystem::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || st.st_size == 0) return 0;
+  const size_t len = static_cast<size_t>(st.st_size);
+  void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (map == MAP_FAILED) return 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> pages((len + page - 1) / page);
+  size_t resident = 0;
+  if (::mincore(map, len, pages.data()) == 0) {
+    for (unsigned char p : pages) resident += p & 1;
+  }
+  ::munmap(map, len);
+  return resident;
+}
 
 }  // namespace epochfs::cache::testing

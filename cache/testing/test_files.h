@@ -48,4 +48,7 @@ std::string TextBytes(size_t n, uint64_t seed);
 // admitted by the cache.
 void WaitUntilFilesSettle();
 
+// How many pages of the file at `path` are in the page cache now (mincore).
+size_t ResidentPages(const std::filesystem::path& path);
+
 }  // namespace epochfs::cache::testing
