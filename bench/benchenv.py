@@ -22,6 +22,7 @@ Everything here is plain subprocess/sysfs work; nothing benchmark-specific.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import os
 import shutil
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 BLKIO_ROOT = "/sys/fs/cgroup/blkio"
+MEMORY_ROOT = "/sys/fs/cgroup/memory"
 CGROUP_NAME = "epochfs-bench"
 
 
@@ -385,14 +387,15 @@ class BlkioThrottle:
         destroy_cgroup(self.path)
 
 
-def destroy_cgroup(path: str) -> None:
-    """Moves us out, kills the processes still in the group (ours), removes it."""
+def destroy_cgroup(path: str, home: str | None = None) -> None:
+    """Moves us out (to ``home``, a cgroup directory of the same hierarchy; default: the
+    hierarchy's root), kills the processes still in the group (ours), removes it."""
     if not os.path.isdir(path):
         return
     me = os.getpid()
     procs = os.path.join(path, "cgroup.procs")
     if str(me) in read_file(procs).split():
-        write_file(os.path.join(BLKIO_ROOT, "cgroup.procs"), f"{me}\n")
+        write_file(os.path.join(home or os.path.dirname(path), "cgroup.procs"), f"{me}\n")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids = [int(p) for p in read_file(procs).split() if int(p) != me]
         for pid in pids:
@@ -411,6 +414,116 @@ def destroy_cgroup(path: str) -> None:
         except OSError:
             time.sleep(0.25)
     raise RuntimeError(f"could not remove {path}: {read_file(procs).split()} still in it")
+
+
+class MemoryCgroup:
+    """A cgroup v1 memory group: a machine with less memory than the data set.
+
+    Everything charged while a process sits in the group -- its anonymous memory, the
+    page cache of the files it reads or writes, tmpfs/shm pages it creates -- counts
+    against ``memory.limit_in_bytes``; past the limit the kernel reclaims page cache
+    (the group's own, LRU) and, when nothing is left to reclaim, OOM-kills a member.
+
+    Charges stay with the group that was charged when a process moves
+    (``memory.move_charge_at_immigrate`` stays 0).  So a process that joins early
+    (``join(pid)`` from the process itself: a reader's ``child_setup``, a shell that
+    then execs ``cp``) is charged for nearly everything it does, and the benchmark can
+    join only for the moment it spawns a daemon that must be born inside
+    (``joined()``) and then go back to its original group (``home``, which is not
+    necessarily the root) -- staying outside is what keeps the benchmark itself from
+    being the group's OOM victim.
+    """
+
+    def __init__(self, cleanup: Cleanup, name: str) -> None:
+        self.cleanup = cleanup
+        self.path = os.path.join(MEMORY_ROOT, name)
+        self.rel = "/" + name
+        home = cgroup_of(os.getpid(), "memory") or "/"
+        self.home = os.path.join(MEMORY_ROOT, home.lstrip("/")) if home != "/" else MEMORY_ROOT
+
+    def create(self, limit_bytes: int) -> None:
+        if not os.path.isdir(MEMORY_ROOT):
+            raise RuntimeError(f"{MEMORY_ROOT} is not mounted (cgroup v1 memory controller needed)")
+        os.makedirs(self.path, exist_ok=True)
+        self.cleanup.push(f"remove memory cgroup {self.path}", self.destroy)
+        self.set_limit(limit_bytes)
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def set_limit(self, limit_bytes: int) -> None:
+        """Sets memory.limit_in_bytes.  Lowering it below the usage makes the kernel
+        reclaim first; if it cannot (EBUSY), the page cache is dropped and it retries."""
+        for attempt in range(3):
+            try:
+                write_file(self._file("memory.limit_in_bytes"), f"{int(limit_bytes)}\n")
+                return
+            except OSError:
+                if attempt == 2:
+                    raise
+                drop_caches()
+                time.sleep(0.5)
+
+    def limit(self) -> int:
+        return int(read_file(self._file("memory.limit_in_bytes"), "0").strip() or 0)
+
+    def join(self, pid: int | None = None) -> None:
+        write_file(self._file("cgroup.procs"), f"{pid or os.getpid()}\n")
+
+    def leave(self, pid: int | None = None) -> None:
+        """Moves ``pid`` (default: us) back to the cgroup we were started in."""
+        write_file(os.path.join(self.home, "cgroup.procs"), f"{pid or os.getpid()}\n")
+
+    @contextlib.contextmanager
+    def joined(self):
+        """``with memcg.joined():`` -- what we fork or spawn in the block lives in the group."""
+        self.join()
+        try:
+            yield self
+        finally:
+            self.leave()
+
+    def contains(self, pid: int) -> bool:
+        return cgroup_of(pid, "memory") == self.rel
+
+    def usage(self) -> int:
+        return int(read_file(self._file("memory.usage_in_bytes"), "0").strip() or 0)
+
+    def max_usage(self) -> int:
+        return int(read_file(self._file("memory.max_usage_in_bytes"), "0").strip() or 0)
+
+    def reset_max_usage(self) -> None:
+        """memory.max_usage_in_bytes restarts from the current usage."""
+        write_file(self._file("memory.max_usage_in_bytes"), "0\n")
+
+    def failcnt(self) -> int:
+        """How often the usage hit the limit (each time the kernel had to reclaim first)."""
+        return int(read_file(self._file("memory.failcnt"), "0").strip() or 0)
+
+    def oom_kills(self) -> int:
+        """Processes the OOM killer killed in this group so far."""
+        return parse_oom_control(read_file(self._file("memory.oom_control"))).get("oom_kill", 0)
+
+    def stat(self) -> dict[str, int]:
+        out = {}
+        for line in read_file(self._file("memory.stat")).splitlines():
+            k, _, v = line.partition(" ")
+            if v.strip().isdigit():
+                out[k] = int(v)
+        return out
+
+    def destroy(self) -> None:
+        destroy_cgroup(self.path, home=self.home)
+
+
+def parse_oom_control(text: str) -> dict[str, int]:
+    """``memory.oom_control`` ("oom_kill_disable 0\\nunder_oom 0\\noom_kill 3") as a dict."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 2 and f[1].lstrip("-").isdigit():
+            out[f[0]] = int(f[1])
+    return out
 
 
 # --------------------------------------------------------------------------- processes
@@ -472,9 +585,10 @@ def wait_pid_exit(pid: int, timeout: float) -> bool:
 class Workspace:
     """The base directory of all benchmark state, locked for one run at a time."""
 
-    def __init__(self, base: str, cleanup: Cleanup) -> None:
+    def __init__(self, base: str, cleanup: Cleanup, cgroups: list[str] | None = None) -> None:
         self.base = os.path.realpath(base)
         self.cleanup = cleanup
+        self.cgroups = cgroups  # cgroup dirs an earlier run may have left (None: epoch_bench's)
         self._lock_fd: int | None = None
         self.run_dir = ""
 
@@ -487,7 +601,7 @@ class Workspace:
             fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             sys.exit(f"another epoch_bench run holds {self.base}/.lock; wait for it to finish")
-        sweep_leftovers(self.base)
+        sweep_leftovers(self.base, self.cgroups)
         self.run_dir = os.path.join(self.base, f"run-{os.getpid()}")
         os.makedirs(self.run_dir)
         self.cleanup.push(f"remove {self.run_dir}", self._remove_run_dir)
@@ -507,26 +621,29 @@ class Workspace:
         return os.path.join(self.run_dir, *parts)
 
 
-def sweep_leftovers(base: str) -> None:
-    """Undoes whatever an interrupted earlier run left under ``base``."""
+def sweep_leftovers(base: str, cgroups: list[str] | None = None) -> None:
+    """Undoes whatever an interrupted earlier run left under ``base`` and in ``cgroups``
+    (cgroup directories; default: epoch_bench's blkio group)."""
     found = mounts_under(base)
     loops = loop_devices_backed_under(base)
-    cg = os.path.join(BLKIO_ROOT, CGROUP_NAME)
+    cgs = [os.path.join(BLKIO_ROOT, CGROUP_NAME)] if cgroups is None else list(cgroups)
+    present = [cg for cg in cgs if os.path.isdir(cg)]
     runs = [d for d in os.listdir(base) if d.startswith("run-")]
-    if not (found or loops or os.path.isdir(cg) or runs):
+    if not (found or loops or present or runs):
         return
     log(f"sweeping leftovers of an earlier run: {len(found)} mounts, {len(loops)} loop devices, "
-        f"cgroup {'present' if os.path.isdir(cg) else 'absent'}, {len(runs)} run dirs")
+        f"cgroups {' '.join(present) or 'absent'}, {len(runs)} run dirs")
     for m in found:
         try:
             unmount(m.mountpoint)
         except RuntimeError as e:
             warn(str(e))
-    # The old run's daemons and readers are the only members of its cgroup.
-    try:
-        destroy_cgroup(cg)
-    except RuntimeError as e:
-        warn(str(e))
+    # The old run's daemons and readers are the only members of its cgroups.
+    for cg in present:
+        try:
+            destroy_cgroup(cg)
+        except RuntimeError as e:
+            warn(str(e))
     for dev in loops:
         run(["losetup", "-d", dev], check=False)
     for d in runs:

@@ -103,11 +103,19 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _reader_main(root: str, manifest: Manifest, indices: np.ndarray, verify: str,
-                 barrier, conn, parent: int, done, rank: int) -> None:
+                 barrier, conn, parent: int, done, rank: int,
+                 child_setup: Callable[[], None] | None = None) -> None:
     """Body of one reader process; sends ("ok", t0, t1, bytes, latencies) or ("error", msg)."""
     path = "?"
     _die_with_parent(parent)
     try:
+        if child_setup is not None:
+            try:
+                child_setup()
+            except Exception as e:  # noqa: BLE001
+                conn.send(("error", f"READER SETUP FAILED: {type(e).__name__}: {e}"))
+                barrier.abort()  # the parent stops waiting for the readers to start
+                return
         lat = np.empty(len(indices), dtype=np.float64)
         nbytes = 0
         barrier.wait()
@@ -135,14 +143,30 @@ def _reader_main(root: str, manifest: Manifest, indices: np.ndarray, verify: str
         conn.close()
 
 
+def _first_error(conns) -> str:
+    """The first error message a reader has sent, if any (why the readers did not start)."""
+    for c in conns:
+        try:
+            if c.poll():
+                reply = c.recv()
+                if reply[0] == "error":
+                    return reply[1]
+        except (EOFError, OSError):
+            pass
+    return ""
+
+
 def run_epoch(root: str, manifest: Manifest, *, readers: int, seed: int, epoch: int,
               verify: str = "crc32", timeout: float = 600.0,
               progress: Callable[[int, float], None] | None = None,
-              progress_every: float = 15.0) -> EpochResult:
+              progress_every: float = 15.0,
+              child_setup: Callable[[], None] | None = None) -> EpochResult:
     """Reads every file of ``manifest`` under ``root`` once, in epoch ``epoch``'s order.
 
     ``progress(files_done, seconds)`` is called every ``progress_every`` seconds
     while the epoch runs (cold epochs on a throttled source take minutes).
+    ``child_setup()`` runs in each reader process before it starts reading (e.g. to
+    join a memory cgroup that the caller itself must stay out of).
     Raises ReadFailure (wrong bytes, an I/O error) or EpochTimeout.
     """
     order = epoch_order(len(manifest), seed, epoch)
@@ -154,7 +178,7 @@ def run_epoch(root: str, manifest: Manifest, *, readers: int, seed: int, epoch: 
         p = _CTX.Process(
             target=_reader_main,
             args=(root, manifest, shard(order, rank, readers), verify, barrier, child_end, os.getpid(),
-                  done, rank),
+                  done, rank, child_setup),
             name=f"epoch-reader-{rank}", daemon=True)
         p.start()
         child_end.close()
@@ -164,7 +188,9 @@ def run_epoch(root: str, manifest: Manifest, *, readers: int, seed: int, epoch: 
         try:
             barrier.wait(timeout=60)
         except threading.BrokenBarrierError:
-            raise ReadFailure(f"epoch {epoch} on {root}: readers failed to start") from None
+            why = _first_error(conns)
+            raise ReadFailure(f"epoch {epoch} on {root}: readers failed to start"
+                              + (f": {why}" if why else "")) from None
         started = time.monotonic()
         deadline = started + timeout
         replies, pending = [], list(conns)

@@ -344,8 +344,10 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
     PackUnreadable(key, rec, reader.status());
     return std::nullopt;
   }
+  // Read-around only pays while the RAM tier has room for the neighbours it brings.
   const bool read_around = ram_ != nullptr && options_.read_around_window > 0 &&
-                           EntryLen(rec) <= options_.read_around_window / 2;
+                           EntryLen(rec) <= options_.read_around_window / 2 &&
+                           ram_->HasRoomFor(options_.read_around_window);
   Result<ChunkBytes> bytes = read_around ? ReadWithNeighbours(**reader, key, rec)
                                          : (*reader)->ReadEntry(rec.offset, rec.stored_len, key);
   if (!bytes.ok()) {

@@ -449,6 +449,15 @@ void DoFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_i
                                                datasync != 0)));
 }
 
+// Python's buffered open() asks isatty() of every file it opens, and the kernel sends
+// each such ioctl to the daemon (it does not remember a refusal). epochfs defines no
+// ioctl: the cheapest answer is this one, at once, with nothing looked up.
+void DoIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned,
+             const void*, size_t, size_t) noexcept {
+  Counted(req, RequestKind::k_ioctl);
+  fuse_reply_err(req, ENOTTY);
+}
+
 void DoStatfs(fuse_req_t req, fuse_ino_t ino) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_statfs);
   auto sv = ctx.fs->StatFs();
@@ -583,6 +592,7 @@ const struct fuse_lowlevel_ops& FuseOperations() {
     o.releasedir = DoReleasedir;
     o.fsyncdir = DoFsyncdir;
     o.statfs = DoStatfs;
+    o.ioctl = DoIoctl;
     o.setxattr = DoSetxattr;
     o.getxattr = DoGetxattr;
     o.listxattr = DoListxattr;

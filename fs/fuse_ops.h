@@ -33,7 +33,7 @@ namespace epochfs::fs {
   X(lookup) X(forget) X(getattr) X(setattr) X(readlink) X(mknod) X(mkdir) X(unlink) X(rmdir) \
   X(symlink) X(rename) X(link) X(open) X(read) X(write) X(flush) X(release) X(fsync)         \
   X(opendir) X(readdir) X(readdirplus) X(releasedir) X(fsyncdir) X(statfs) X(setxattr)      \
-  X(getxattr) X(listxattr) X(removexattr) X(create)
+  X(getxattr) X(listxattr) X(removexattr) X(create) X(ioctl)
 
 enum class RequestKind : uint8_t {
 #define EPOCHFS_ENUM(name) k_##name,

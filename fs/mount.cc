@@ -142,6 +142,9 @@ nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx
   j["prefetch_from_source"] = s.prefetch_from_source;
   j["prefetch_bytes"] = s.prefetch_bytes;
   j["prefetch_already_cached"] = s.prefetch_already_cached;
+  j["ssd_streamed"] = s.ssd_streamed;
+  j["ssd_stream_ios"] = s.ssd_stream_ios;
+  j["ssd_stream_bytes"] = s.ssd_stream_bytes;
   j["ssd_read_around"] = s.ssd_read_around;
   if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
     const prefetch::PrefetcherStats p = prefetcher->Stats();
@@ -311,6 +314,9 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   SourceFs* source_fs = fs->get();
   prefetch_options.open = [source_fs](const std::string& path) {
     return source_fs->OpenRelative(path);
+  };
+  prefetch_options.stat = [source_fs](const std::string& path) {
+    return source_fs->StatRelative(path);
   };
   prefetch_options.list_dir = [source_fs](const std::string& dir) {
     return source_fs->ListRelativeDir(dir);

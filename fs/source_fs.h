@@ -165,6 +165,9 @@ class SourceFs {
   // Opens the regular file at `path` (relative to the source root, '/'-separated)
   // read-only, beneath the root and following no symlink.
   Result<prefetch::OpenedFile> OpenRelative(const std::string& path) const;
+  // The identity of the regular file at `path` (as OpenRelative resolves it), without
+  // opening it for reading.
+  Result<cache::SourceIdentity> StatRelative(const std::string& path) const;
   // The names of the regular files in directory `dir` ("" = the root), sorted.
   Result<std::vector<std::string>> ListRelativeDir(const std::string& dir) const;
   // A plan entry: `path` must name an existing regular file beneath the root that

@@ -61,6 +61,16 @@ Result<prefetch::OpenedFile> SourceFs::OpenRelative(const std::string& path) con
   return prefetch::OpenedFile{std::move(*fd), cache::SourceIdentity::FromStat(st)};
 }
 
+Result<cache::SourceIdentity> SourceFs::StatRelative(const std::string& path) const {
+  EPOCHFS_RETURN_IF_ERROR(prefetch::PlanParser::CheckPath(path, PATH_MAX));
+  auto fd = OpenBeneathRoot(inodes_.root()->path_fd.get(), path, O_PATH);
+  if (!fd.ok()) return fd.status();
+  struct ::stat st {};
+  if (::fstat(fd->get(), &st) < 0) return Status::FromErrno(errno, "fstat " + path);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a regular file", path));
+  return cache::SourceIdentity::FromStat(st);
+}
+
 Result<std::vector<std::string>> SourceFs::ListRelativeDir(const std::string& dir) const {
   const int root = inodes_.root()->path_fd.get();
   UniqueFd fd;

@@ -32,6 +32,7 @@ Status SaveEpochRecord(const std::filesystem::path& path, const EpochRecord& rec
     ++count;
   }
   text += fmt::format("order {}\n", count) + order;
+  text += fmt::format("pattern {}\n", PatternName(record.pattern));
 
   const std::string tmp = path.string() + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -83,6 +84,14 @@ Result<EpochRecord> LoadEpochRecord(const std::filesystem::path& path) {
       return bad("bad order line");
     }
     record.order.push_back(static_cast<uint32_t>(idx));
+  }
+  // Optional (records written before it existed lack it); an unknown name is ignored.
+  if (std::getline(in, line) && line.rfind("pattern ", 0) == 0) {
+    const std::string name = line.substr(8);
+    for (Pattern p : {Pattern::kSequential, Pattern::kReplay, Pattern::kShuffled,
+                      Pattern::kPublished}) {
+      if (name == PatternName(p)) record.pattern = p;
+    }
   }
   return record;
 }

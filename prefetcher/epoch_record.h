@@ -9,7 +9,9 @@
 // recovery scans every key as a chunk key; this record is rewritten whole once per
 // epoch (write to a temporary, fsync, rename), so a crash leaves the old or the new one.
 // Format: text, "epochfs-epochs 1", "files N", N lines "dev ino path", "order M", M
-// lines of indices. Paths holding a newline are left out.
+// lines of indices, then optionally "pattern NAME" (the pattern that epoch was read in;
+// a restarted daemon predicts it before it has seen an access, and so starts streaming
+// the SSD tier into RAM at mount). Paths holding a newline are left out.
 //
 // Thread-safety: none; pure functions on values.
 #pragma once
@@ -27,6 +29,7 @@ namespace epochfs::prefetch {
 struct EpochRecord {
   std::vector<std::pair<FileKey, std::string>> files;
   std::vector<uint32_t> order;  // indices into files
+  Pattern pattern = Pattern::kUnknown;  // how `order` was read
 };
 
 Status SaveEpochRecord(const std::filesystem::path& path, const EpochRecord& record);

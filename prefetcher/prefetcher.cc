@@ -54,6 +54,12 @@ constexpr auto kIdleWait = std::chrono::milliseconds(20);
 constexpr double kLeadSeconds = 1.0;
 constexpr uint32_t kMinWindow = 16;
 constexpr auto kRatePeriod = std::chrono::milliseconds(250);
+// Files a worker takes at once to stream from the SSD tier: about 7 MB of 110 KB
+// samples, i.e. two 4 MiB runs when they lie together in a pack.
+constexpr size_t kStreamBatch = 64;
+// A worker streams once the RAM policy has room for this many files: a reader freeing
+// one place at a time would otherwise turn streaming into one small read per file.
+constexpr uint32_t kMinStreamBatch = 16;
 
 struct Candidate {
   std::string path;
@@ -86,6 +92,12 @@ class PrefetcherImpl final : public Prefetcher {
     // the recorded one), so the next mount can prefetch unread files from the start.
     std::lock_guard lock(mu_);
     if (!options_.record_path.empty() && catalog_.size() >= kFirstEpochMinAccesses) {
+      // The epoch in progress counts as the last one once it is as long: with the page
+      // cache serving later epochs, the daemon may never see a second epoch begin.
+      if (order_.size() >= previous_order_.size()) {
+        previous_pattern_ = PatternLocked();
+        previous_order_ = std::move(order_);
+      }
       SaveRecordLocked();
     }
   }
@@ -134,7 +146,19 @@ class PrefetcherImpl final : public Prefetcher {
     return true;
   }
   void Work();
+  // Whether the RAM policy has room for kMinStreamBatch more unread files (free room or
+  // files already read this epoch to evict), beyond those in flight.
+  bool RoomForStreamLocked() const {
+    if (!policy_) return true;
+    const uint32_t want = inflight_ + kMinStreamBatch;
+    return policy_->Displaceable(FileKey{}, want) >= want;  // an unread file, no plan
+  }
+  // Takes up to `max` candidates (each counted in flight). Returns with `lock` held.
+  std::vector<Candidate> TakeBatchLocked(size_t max);
+  // Streams what the SSD tier holds of `batch` into RAM; returns the rest.
+  std::vector<Candidate> StreamBatch(std::vector<Candidate> batch);
   void Fetch(const Candidate& candidate);
+  void WaitForDemandReads() const;
   void LoadRecord();
   void SaveRecordLocked();
 
@@ -215,6 +239,10 @@ void PrefetcherImpl::LoadRecord() {
   }
   NewEpochLocked();  // the recorded order becomes the previous epoch
   epoch_ = 0;
+  // A published plan does not survive a restart; until a new one comes, the rest of the
+  // epoch is what a shuffled reader reads.
+  previous_pattern_ =
+      record->pattern == Pattern::kPublished ? Pattern::kShuffled : record->pattern;
   spdlog::info("prefetch: {} files and an epoch of {} remembered from {}", catalog_.size(),
                previous_order_.size(), options_.record_path.string());
 }
@@ -224,6 +252,7 @@ void PrefetcherImpl::SaveRecordLocked() {
   EpochRecord record;
   record.files = catalog_;
   record.order = previous_order_;
+  record.pattern = previous_pattern_;
   Status st = SaveEpochRecord(options_.record_path, record);
   if (!st.ok() && !save_failed_) {
     spdlog::warn("prefetch: cannot record the epoch order ({}); a restart forgets it",
@@ -291,7 +320,9 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
     if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
     if (landed_.erase(file) != 0) ++prefetch_hits_;
   }
-  cv_.notify_all();
+  // One worker is enough to react to an access (room freed, a window moved); waking
+  // them all on every file costs more CPU than the readahead saves.
+  cv_.notify_one();
 }
 
 void PrefetcherImpl::CountAccessLocked() {
@@ -445,9 +476,24 @@ std::optional<Candidate> PrefetcherImpl::NextLocked() {
   return std::nullopt;
 }
 
+std::vector<Candidate> PrefetcherImpl::TakeBatchLocked(size_t max) {
+  std::vector<Candidate> batch;
+  while (batch.size() < max) {
+    std::optional<Candidate> next = NextLocked();
+    if (!next) break;
+    batch.push_back(std::move(*next));
+    ++inflight_;  // so that the policy's room is not promised twice
+  }
+  return batch;
+}
+
 void PrefetcherImpl::Work() {
+  // With a way to stat the source, a worker takes a batch, streams what the SSD tier
+  // holds of it in pack order (no source reads: no budget to wait for), then reads the
+  // rest one file at a time within the budget. Without one, one file at a time.
+  const bool streaming = static_cast<bool>(options_.stat);
   while (true) {
-    Candidate candidate;
+    std::vector<Candidate> batch;
     {
       std::unique_lock lock(mu_);
       while (true) {
@@ -456,29 +502,82 @@ void PrefetcherImpl::Work() {
           OrderByPackLocked(lock);
           continue;
         }
-        WaitForBudgetLocked(lock);
+        if (!streaming) WaitForBudgetLocked(lock);
         if (stop_) return;
-        if (auto next = NextLocked()) {
-          candidate = std::move(*next);
-          ++inflight_;
-          break;
+        if (streaming && !RoomForStreamLocked()) {
+          cv_.wait_for(lock, kIdleWait);
+          continue;
         }
+        batch = TakeBatchLocked(streaming ? kStreamBatch : 1);
+        if (!batch.empty()) break;
         cv_.wait_for(lock, kIdleWait);
       }
     }
-    Fetch(candidate);
-    std::lock_guard lock(mu_);
-    --inflight_;
+    const size_t taken = batch.size();
+    std::vector<Candidate> rest = streaming ? StreamBatch(std::move(batch)) : std::move(batch);
+    {
+      std::lock_guard lock(mu_);
+      inflight_ -= static_cast<uint32_t>(taken - rest.size());
+    }
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (streaming) {
+        std::unique_lock lock(mu_);
+        WaitForBudgetLocked(lock);
+        if (stop_) {
+          inflight_ -= static_cast<uint32_t>(rest.size() - i);
+          return;
+        }
+      }
+      Fetch(rest[i]);
+      std::lock_guard lock(mu_);
+      --inflight_;
+    }
   }
 }
 
-void PrefetcherImpl::Fetch(const Candidate& candidate) {
+void PrefetcherImpl::WaitForDemandReads() const {
   // Demand first: while a demand read is filling from below (a miss on its way from the
   // SSD tier or the source), add no IO of our own, for up to kDemandGrace.
   const auto deadline = std::chrono::steady_clock::now() + kDemandGrace;
   while (cache_->DemandFillsInFlight() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch) {
+  // The identities the files have now: a file changed since it was cached is not
+  // streamed (the cache compares them with the packs' records).
+  std::vector<cache::SourceIdentity> ids;
+  std::vector<size_t> which;  // ids[k] belongs to batch[which[k]]
+  std::vector<Candidate> rest;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Result<cache::SourceIdentity> id = options_.stat(batch[i].path);
+    if (!id.ok()) {
+      rest.push_back(std::move(batch[i]));  // Fetch() meets the error and counts it
+      continue;
+    }
+    ids.push_back(*id);
+    which.push_back(i);
+  }
+  WaitForDemandReads();
+  const std::vector<bool> in_ram = cache_->StreamFromSsd(ids);
+  std::lock_guard lock(mu_);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const FileKey key{ids[k].dev, ids[k].ino};
+    if (!batch[which[k]].key) prefetched_.insert(key);
+    if (accessed_.count(key) != 0) continue;  // the reader got there first
+    if (in_ram[k]) {
+      ++prefetched_count_;
+      landed_.insert(key);
+    } else {
+      rest.push_back(std::move(batch[which[k]]));
+    }
+  }
+  return rest;
+}
+
+void PrefetcherImpl::Fetch(const Candidate& candidate) {
+  WaitForDemandReads();
   auto opened = options_.open(candidate.path);
   if (!opened.ok()) {
     std::lock_guard lock(mu_);
