@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -257,6 +259,132 @@ TEST_P(PrefetchTest, ReadaheadFromTheSourceStaysWithinItsBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Consistency, PrefetchTest, ::testing::Values("notify", "open"));
+
+// Streaming the SSD tier (issue 10). A shuffled data set is read twice, the daemon
+// restarts, and the restarted daemon streams the SSD tier into RAM from mount on.
+class StreamTest : public PrefetchTest {
+ protected:
+  static constexpr size_t kSize = 48 * 1024;
+
+  // Reads every file once, in a shuffled order; checks every byte.
+  void ShuffledEpoch(std::vector<std::string> names, uint64_t seed,
+                     const std::map<std::string, std::string>& changed = {}) {
+    std::shuffle(names.begin(), names.end(), std::mt19937_64(seed));
+    for (const auto& name : names) {
+      const auto it = changed.find(name);
+      const std::string want = it != changed.end()
+                                   ? it->second
+                                   : RandomBytes(kSize, std::stoi(name.substr(name.find('f') + 1, 5)));
+      ASSERT_EQ(ReadFile(mnt_ / name), want) << name;
+    }
+  }
+  // Fills the SSD tier with two shuffled epochs, then unmounts (the record says shuffled).
+  std::vector<std::string> FillAndUnmount(int count, const std::vector<std::string>& extra) {
+    auto names = MakeFiles(count, 4, kSize);
+    auto m = MountIt(extra);
+    EXPECT_TRUE(m->ok());
+    ShuffledEpoch(names, 1);
+    ShuffledEpoch(names, 2);
+    EXPECT_EQ(m->Stats()["pattern"], "shuffled") << m->Stats().dump();
+    EXPECT_TRUE(m->Unmount());
+    return names;
+  }
+  static fsys::path OnlyPack(const fsys::path& cache) {
+    std::vector<fsys::path> packs;
+    for (const auto& e : fsys::directory_iterator(cache / "packs")) packs.push_back(e.path());
+    std::sort(packs.begin(), packs.end());
+    return packs.empty() ? fsys::path() : packs.front();
+  }
+};
+
+// After a restart the record's pattern starts streaming at mount, before any read; a
+// file changed while the daemon was down is not streamed (stale) and reads its new bytes.
+TEST_P(StreamTest, RestartStreamsFromTheEpochRecordAndNeverAChangedFile) {
+  const auto names = FillAndUnmount(600, {});
+  const std::string fresh = RandomBytes(kSize, 999'999);
+  WriteFile(src_ / names[7], fresh);
+  AgeFile(src_ / names[7], 60);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_GE(WaitFor(*m, "ssd_streamed", 599), 599u) << m->Stats().dump();
+  auto s = m->Stats();
+  EXPECT_EQ(s["pattern"], "shuffled") << s.dump();  // predicted from the record
+  EXPECT_EQ(s["epoch_accesses"], 0) << s.dump();    // nothing read yet
+  EXPECT_EQ(s["stale_entries"], 1) << s.dump();     // the changed file
+  EXPECT_LT(s["ssd_stream_ios"].get<uint64_t>(), 60u) << s.dump();  // ~29 MB in large reads
+  ShuffledEpoch(names, 3, {{names[7], fresh}});
+  s = m->Stats();
+  EXPECT_GE(s["ram_hits"].get<uint64_t>(), 599u) << s.dump();
+  EXPECT_EQ(s["source_reads"], 1) << s.dump();  // only the changed file
+}
+
+// A damaged entry inside a streamed range is dropped, counted and read from the source.
+TEST_P(StreamTest, CorruptEntryInAStreamedRangeIsReadFromTheSource) {
+  const auto names = FillAndUnmount(300, {});
+  const fsys::path pack = OnlyPack(cache_);
+  ASSERT_FALSE(pack.empty());
+  {
+    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fsys::file_size(pack) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  WaitFor(*m, "ssd_streamed", 299);
+  ShuffledEpoch(names, 3);
+  auto s = m->Stats();
+  EXPECT_EQ(s["corrupt_entries"], 1) << s.dump();
+  EXPECT_EQ(s["source_reads"], 1) << s.dump();
+}
+
+// With a RAM tier far smaller than the data set, streaming keeps it full but never over
+// its budget, and the daemon is gone soon after the unmount (nothing left running).
+TEST_P(StreamTest, StreamingStaysWithinTheRamBudgetAndStopsAtUnmount) {
+  const auto names = FillAndUnmount(1000, {"--ram", "48M"});  // 48 MB of files
+  auto m = MountIt({"--ram", "48M"});
+  ASSERT_TRUE(m->ok());
+  auto s = m->Stats();
+  const uint64_t budget = s["ram_tier_budget_bytes"].get<uint64_t>();
+  ASSERT_LT(budget, 48u << 20);
+  for (int i = 0; i < 20; ++i) {
+    s = m->Stats();
+    ASSERT_LE(s["ram_bytes"].get<uint64_t>(), budget) << s.dump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_GT(s["ssd_streamed"].get<uint64_t>(), 0u) << s.dump();
+  auto order = names;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  for (size_t i = 0; i < order.size(); ++i) {
+    ASSERT_EQ(ReadFile(mnt_ / order[i]).size(), kSize);
+    if (i % 50 == 0) ASSERT_LE(m->Stats()["ram_bytes"].get<uint64_t>(), budget);
+  }
+  s = m->Stats();
+  EXPECT_GT(s["ssd_streamed"].get<uint64_t>(), 300u) << s.dump();  // refilled as read
+  EXPECT_EQ(s["source_reads"], 0) << s.dump();
+  const int pid = s["pid"].get<int>();
+  ASSERT_TRUE(m->Unmount());
+  // Gone, or a zombie waiting for a reaper (no init here): not running in any case.
+  bool running = true;
+  for (int i = 0; i < 100 && running; ++i) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    running = false;
+    while (std::getline(status, line)) {
+      if (line.rfind("State:", 0) == 0) running = line.find('Z') == std::string::npos;
+    }
+    if (running) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(running) << "daemon " << pid << " still running after unmount";
+}
+
+INSTANTIATE_TEST_SUITE_P(Consistency, StreamTest, ::testing::Values("notify", "open"));
+
+
 
 }  // namespace
 }  // namespace epochfs::testing
