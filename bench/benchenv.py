@@ -458,9 +458,10 @@ class MemoryCgroup:
             try:
                 write_file(self._file("memory.limit_in_bytes"), f"{int(limit_bytes)}\n")
                 return
-            except OSError:
+            except OSError as e:
                 if attempt == 2:
-                    raise
+                    raise RuntimeError(f"cannot set {self.path} to {int(limit_bytes)} bytes: its usage is "
+                                       f"{self.usage()} bytes and cannot be reclaimed ({e})") from e
                 drop_caches()
                 time.sleep(0.5)
 

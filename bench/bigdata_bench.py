@@ -102,12 +102,13 @@ CGROUP = "epochfs-bigdata"
 
 #: Compute per sample of one emulated accelerator, in ms.  Calibrated once (not per run:
 #: AU figures of two runs are comparable only with the same compute) on the 2-core dev VM:
-#: realclient's 4-worker decode pipeline delivers ~330 samples/s from tmpfs with no
-#: compute (measured 333/s at N = 8; ~250/s with a compiler busy on the other core).
-#: 8 ms makes N = 1 ask for 125 samples/s and N = 2 for 250/s (~0.75 of that): tmpfs
-#: holds AU >= 0.9 at 1-2 accelerators (0.94 / 0.85 on the quick set, whose 6 s epochs
-#: at N = 2 pay the ~0.8 s DataLoader start; ~0.97 on the full set) and falls to ~0.6 at
-#: 4, so the comparison with epochfs happens where the pipeline is busy but not CPU-bound.
+#: realclient's 4-worker decode pipeline delivers ~330-430 samples/s from tmpfs (decode
+#: ~4.5 ms per 110 KB JPEG per core; ~250/s with a compiler busy on the other core).
+#: 8 ms makes N = 1 ask for 125 samples/s and N = 2 for 250/s (0.6-0.75 of that): tmpfs
+#: holds AU >= 0.9 at 1-2 accelerators and not at 4.  Measured on the full 8,000-sample
+#: set: N = 2 0.97, N = 4 0.86 (428 samples/s delivered), N = 8 0.32; on the quick set
+#: N = 1 0.93-0.96 and N = 2 ~0.85 (its 6 s epochs at N = 2 pay ~0.8 s of DataLoader
+#: start).  So epochfs is compared with tmpfs where the pipeline is busy but not CPU-bound.
 DEFAULT_COMPUTE_MS_PER_SAMPLE = 8.0
 
 #: Memory the real client's DataLoader workers need for themselves, per worker: measured
@@ -369,19 +370,29 @@ def format_au_table(client: dict[str, list[dict]], accelerators: list[int], comp
         failed = [e for e in evs if e.get("failed")]
         tail = f"{max_accelerators_at(au) if au else 0:>18}"
         if failed:
-            tail += f"  FAILED: {failed[0]['note']}"
+            tail += f"  {failed[0]['note']}"
         lines.append(f"{CLIENT_LABELS[key]:<38}{cells}{tail}")
         for e in evs:
             if "au" in e:
-                lines.append(f"{'':<6}N={e['accelerators']}: {e['samples_per_s']:.0f} samples/s, wall "
-                             f"{e['wall_s']:.1f} s, first batch {e['first_batch_s']:.2f} s, waiting for data "
-                             f"{e['data_wait_s']:.1f} s, src IOs {_fmt(e.get('source_ios'), 'd', 1)}, cg peak "
-                             f"{_fmt(_mib(e.get('memcg_max_usage_bytes')), '.0f', 1)} MiB, anon "
-                             f"{_fmt(_mib(e.get('memcg_anon_peak_bytes')), '.0f', 1)} MiB, OOM "
-                             f"{_fmt(e.get('oom_kills'), 'd', 1)}"
-                             + (f", dRSS {_mib(e['daemon_peak_rss_bytes']):.0f} MiB"
-                                if e.get("daemon_peak_rss_bytes") else ""))
+                lines.append(f"{'':<6}N={e['accelerators']}: " + client_epoch_details(e))
     return "\n".join(lines)
+
+
+def client_epoch_details(e: dict) -> str:
+    """The figures of one real-client epoch after its AU, for the live line and the AU table."""
+    text = (f"{e['samples_per_s']:.0f} samples/s, wall {e['wall_s']:.1f} s, first batch {e['first_batch_s']:.2f} s, "
+            f"waiting for data {e['data_wait_s']:.1f} s, src IOs {_fmt(e.get('source_ios'), 'd', 1)}")
+    if e.get("memcg_max_usage_bytes") is not None:
+        text += (f", cg peak {_mib(e['memcg_max_usage_bytes']):.0f} MiB, anon "
+                 f"{_fmt(_mib(e.get('memcg_anon_peak_bytes')), '.0f', 1)} MiB, failcnt "
+                 f"{_fmt(e.get('memcg_failcnt'), 'd', 1)}, OOM {_fmt(e.get('oom_kills'), 'd', 1)}")
+    if e.get("daemon_peak_rss_bytes"):
+        text += f", dRSS {_mib(e['daemon_peak_rss_bytes']):.0f} MiB"
+    over = e.get("slept_s", 0) - e.get("compute_s", 0)
+    if over > 0.05 * e.get("compute_s", 0) and over > 0.5:
+        # time.sleep() overshoots by ~0.1 ms; seconds of it mean the VM was not running us.
+        text += f"; the sleeps overran by {over:.1f} s: a busy machine"
+    return text
 
 
 def format_targets(targets: list[dict]) -> str:
@@ -712,6 +723,8 @@ class Bench:
             log(f"  {label} epoch {epoch}: {done}/{n} files in {seconds:.0f} s ({done / seconds:.0f} files/s)")
         mem0 = self._mem_begin() if limited else None
         row = Row(key, "main", epoch, extra=dict(extra or {}))
+        if row.extra.get("daemon_in_memcg") is False:
+            row.note = "daemon NOT in the memory group"
         sampler = MemcgSampler(self.memcg) if limited else None
         try:
             if sampler:
@@ -848,11 +861,7 @@ class Bench:
                         if fs is not None:
                             ev["daemon_peak_rss_bytes"] = self._daemon_peak(fs, fs.status())
                         events.append(ev)
-                        log(f"    N={ev['accelerators']}: AU {ev['au']:.3f}, {ev['samples_per_s']:.0f} samples/s, "
-                            f"wall {ev['wall_s']:.1f} s, first batch {ev['first_batch_s']:.2f} s, "
-                            f"data wait {ev['data_wait_s']:.1f} s, src IOs {ev['source_ios']}"
-                            + (f", cg peak {_mib(ev['memcg_max_usage_bytes']):.0f} MiB, anon "
-                               f"{_mib(ev['memcg_anon_peak_bytes']):.0f} MiB, OOM {ev['oom_kills']}" if limited else ""))
+                        log(f"    N={ev['accelerators']}: AU {ev['au']:.3f}, " + client_epoch_details(ev))
                     elif kind == "error":
                         error = ev.get("message", "")
                 rc = proc.wait()
