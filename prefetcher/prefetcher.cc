@@ -78,9 +78,6 @@ class PrefetcherImpl final : public Prefetcher {
     if (!options_.record_path.empty()) LoadRecord();
     if (options_.open && cache_ != nullptr) {
       for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
-      if (options_.stat && options_.threads > 0 && !catalog_.empty()) {
-        metadata_warmer_ = std::thread([this] { WarmMetadata(); });
-      }
     }
   }
 
@@ -91,7 +88,6 @@ class PrefetcherImpl final : public Prefetcher {
     }
     cv_.notify_all();
     for (auto& w : workers_) w.join();
-    if (metadata_warmer_.joinable()) metadata_warmer_.join();
     // At unmount: keep the files seen so far too (the last complete epoch's order stays
     // the recorded one), so the next mount can prefetch unread files from the start.
     std::lock_guard lock(mu_);
@@ -165,12 +161,6 @@ class PrefetcherImpl final : public Prefetcher {
   void WaitForDemandReads() const;
   void LoadRecord();
   void SaveRecordLocked();
-  // After a restart, the kernel knows nothing of the source's metadata, and every
-  // LOOKUP (and every identity readahead takes) reads an inode from the source: on a
-  // slow disk, one IO per few files, in a random order. Taking the recorded files'
-  // identities once, in inode-number order, reads the inode tables front to back
-  // (the filesystem's inode readahead then fetches many per IO) and leaves them cached.
-  void WarmMetadata();
 
   const PrefetcherOptions options_;
   cache::Cache* const cache_;
@@ -221,7 +211,6 @@ class PrefetcherImpl final : public Prefetcher {
   uint64_t plan_fingerprint_ = 0;  // GUARDED_BY(mu_)
 
   std::vector<std::thread> workers_;
-  std::thread metadata_warmer_;
 };
 
 uint32_t PrefetcherImpl::CatalogIndexLocked(const FileKey& file, const std::string& path) {
@@ -256,30 +245,6 @@ void PrefetcherImpl::LoadRecord() {
       record->pattern == Pattern::kPublished ? Pattern::kShuffled : record->pattern;
   spdlog::info("prefetch: {} files and an epoch of {} remembered from {}", catalog_.size(),
                previous_order_.size(), options_.record_path.string());
-}
-
-void PrefetcherImpl::WarmMetadata() {
-  std::vector<std::pair<uint64_t, std::string>> by_inode;
-  {
-    std::lock_guard lock(mu_);
-    by_inode.reserve(catalog_.size());
-    for (const auto& [key, path] : catalog_) {
-      if (!path.empty()) by_inode.emplace_back(key.ino, path);
-    }
-  }
-  std::sort(by_inode.begin(), by_inode.end());
-  const auto started = std::chrono::steady_clock::now();
-  size_t done = 0;
-  for (const auto& entry : by_inode) {
-    if (done % 256 == 0) {
-      std::lock_guard lock(mu_);
-      if (stop_) return;
-    }
-    (void)options_.stat(entry.second);  // a file gone since is simply not warmed
-    ++done;
-  }
-  spdlog::info("prefetch: source metadata of {} recorded files read in {:.1f} s", done,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 void PrefetcherImpl::SaveRecordLocked() {
