@@ -520,6 +520,10 @@ Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options
         .sync_every_bytes = std::min<uint64_t>(16ull << 20, options.ssd_write_queue_bytes / 2),
         .max_pending_bytes = options.ssd_write_queue_bytes,
     };
+    ssd_options.stream_buffer_bytes = options.stream_buffer_bytes;
+    // A run never needs more than the whole budget for itself.
+    ssd_options.stream_io_bytes = std::min<uint64_t>(ssd_options.stream_io_bytes,
+                                                     std::max<uint64_t>(options.stream_buffer_bytes, 256u << 10));
     if (!options.read_around) ssd_options.read_around_window = 0;
     if (tweak != nullptr) tweak(&ssd_options);
     Result<std::unique_ptr<SsdTier>> opened = SsdTier::Open(ssd_options, *io, ram.get());

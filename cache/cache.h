@@ -108,6 +108,8 @@ struct CacheOptions {
   // Chunks read but not yet written to the SSD tier wait in memory, up to this many
   // bytes (a reader that would exceed it waits for the writer).
   uint64_t ssd_write_queue_bytes = 64ull << 20;
+  // StreamFromSsd()'s read buffers, all callers together (they wait for each other).
+  uint64_t stream_buffer_bytes = 16ull << 20;
   // Called after a demand read (Read(), not Prefetch()) that had to read the source,
   // with how long filling it took; readahead pacing watches it. Called on the reading
   // thread: must be cheap and thread-safe. Optional.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -359,21 +360,54 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
 
 namespace {
 
-// A buffer for O_DIRECT reads: aligned, freed with free().
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<char, FreeDeleter>;
-
-AlignedBuffer AllocateAligned(size_t len) {
-  void* p = nullptr;
-  if (::posix_memalign(&p, kDirectIoAlignment, std::max<size_t>(len, kDirectIoAlignment)) != 0) {
-    return nullptr;
+// A run buffer for O_DIRECT reads, mapped straight from the kernel (page-aligned) and
+// unmapped when done: multi-MiB buffers from malloc would raise its mmap threshold and
+// leave the daemon's RSS holding freed memory in its arenas.
+class RunBuffer {
+ public:
+  explicit RunBuffer(size_t len) : len_(len) {
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
   }
-  return AlignedBuffer(static_cast<char*>(p));
-}
+  ~RunBuffer() {
+    if (data_ != nullptr) ::munmap(data_, len_);
+  }
+  RunBuffer(const RunBuffer&) = delete;
+  RunBuffer& operator=(const RunBuffer&) = delete;
+  char* get() const { return data_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t len_;
+};
 
 }  // namespace
+
+// Holds `bytes` of the tier's stream buffer budget for a scope (waiting for them).
+class SsdTier::StreamBuffers {
+ public:
+  StreamBuffers(SsdTier& tier, uint64_t bytes) : tier_(tier), bytes_(bytes) {
+    std::unique_lock lock(tier_.stream_mu_);
+    tier_.stream_cv_.wait(lock, [&] {
+      return tier_.stream_buffers_ == 0 ||
+             tier_.stream_buffers_ + bytes_ <= tier_.options_.stream_buffer_bytes;
+    });
+    tier_.stream_buffers_ += bytes_;
+  }
+  ~StreamBuffers() {
+    {
+      std::lock_guard lock(tier_.stream_mu_);
+      tier_.stream_buffers_ -= bytes_;
+    }
+    tier_.stream_cv_.notify_all();
+  }
+  StreamBuffers(const StreamBuffers&) = delete;
+  StreamBuffers& operator=(const StreamBuffers&) = delete;
+
+ private:
+  SsdTier& tier_;
+  const uint64_t bytes_;
+};
 
 std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
   std::vector<bool> in_ram(items.size(), false);
@@ -410,7 +444,7 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
     uint64_t start, end;  // aligned
     size_t first, last;   // wants[first, last)
     std::shared_ptr<PackReader> reader;
-    AlignedBuffer buffer;
+    std::unique_ptr<RunBuffer> buffer;
   };
   std::vector<Run> runs;
   for (size_t w = 0; w < wants.size(); ++w) {
@@ -431,8 +465,17 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
                        aligned_end, w, w + 1, nullptr, nullptr});
   }
 
-  for (size_t group = 0; group < runs.size(); group += options_.stream_depth) {
-    const size_t group_end = std::min(runs.size(), group + options_.stream_depth);
+  for (size_t group = 0, group_end = 0; group < runs.size(); group = group_end) {
+    // Up to stream_depth runs in flight, within this caller's share of the buffers.
+    const uint64_t share = std::max<uint64_t>(options_.stream_buffer_bytes / 2, options_.stream_io_bytes);
+    uint64_t group_bytes = 0;
+    for (group_end = group; group_end < runs.size() && group_end - group < options_.stream_depth;
+         ++group_end) {
+      const uint64_t len = runs[group_end].end - runs[group_end].start;
+      if (group_end > group && group_bytes + len > share) break;
+      group_bytes += len;
+    }
+    StreamBuffers buffers(*this, group_bytes);
     std::vector<ReadOp> ops;
     std::vector<Run*> op_runs;
     for (size_t r = group; r < group_end; ++r) {
@@ -445,12 +488,12 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
         continue;
       }
       run.reader = *reader;
-      run.buffer = AllocateAligned(run.end - run.start);
-      if (!run.buffer) continue;  // out of memory: leave these to demand reads
+      run.buffer = std::make_unique<RunBuffer>(run.end - run.start);
+      if (run.buffer->get() == nullptr) continue;  // out of memory: leave these to demand reads
       const int fd = run.reader->direct_fd() >= 0 ? run.reader->direct_fd() : run.reader->fd();
       ReadOp op;
       op.fd = fd;
-      op.buf = run.buffer.get();
+      op.buf = run.buffer->get();
       op.len = run.end - run.start;
       op.offset = run.start;
       ops.push_back(op);
@@ -467,7 +510,7 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
       }
       ++stream_ios_;
       stream_bytes_ += op.bytes_read;
-      const std::span<const char> bytes(run.buffer.get(), op.bytes_read);
+      const std::span<const char> bytes(run.buffer->get(), op.bytes_read);
       for (size_t w = run.first; w < run.last; ++w) {
         const StreamItem& item = items[wants[w].item];
         const IndexRecord& rec = wants[w].rec;

@@ -103,6 +103,9 @@ struct SsdTierOptions {
   size_t stream_io_bytes = 4u << 20;
   size_t stream_depth = 4;
   size_t stream_gap = 128u << 10;
+  // Memory for the run buffers of all Stream() calls together: a caller waits for its
+  // share, so streaming never holds more than this on top of the RAM tier.
+  uint64_t stream_buffer_bytes = 16ull << 20;
 };
 
 // A chunk to stream into RAM, with the identity its source file has now.
@@ -214,6 +217,7 @@ class SsdTier {
   // gone or damaged.
   void PackUnreadable(const ChunkKey& key, const IndexRecord& record, const Status& why);
   void EntryCorrupt(const ChunkKey& key, const IndexRecord& record, const Status& why);
+  class StreamBuffers;  // a scoped share of stream_buffer_bytes
   // Verifies and decodes the entry `rec` of `key` found in `bytes` (pack bytes from
   // `bytes_offset`); kCorruption with its location when anything disagrees.
   Result<ChunkBytes> DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
@@ -285,6 +289,9 @@ class SsdTier {
   std::atomic<uint64_t> packs_reclaimed_{0}, stale_{0}, corrupt_{0}, read_errors_{0};
   std::atomic<uint64_t> compressed_{0}, read_around_{0};
   std::atomic<uint64_t> streamed_{0}, stream_ios_{0}, stream_bytes_{0};
+  std::mutex stream_mu_;
+  std::condition_variable stream_cv_;
+  uint64_t stream_buffers_ = 0;  // GUARDED_BY(stream_mu_): bytes of run buffers held
   std::atomic<uint64_t> corrupt_logged_{0};
   uint64_t dangling_records_ = 0;              // set during Recover() only
   bool index_rebuilt_after_corruption_ = false;  // set during Recover() only

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -66,12 +67,14 @@ constexpr uint64_t kIndexMemoryBytes = 16ull << 20;
 struct MemoryPlan {
   uint64_t ram_tier = 0;
   uint64_t write_queue = 0;
+  uint64_t stream_buffers = 0;
 };
 
 MemoryPlan PlanMemory(uint64_t ram) {
   MemoryPlan plan;
   plan.write_queue = std::clamp<uint64_t>(ram / 8, 4ull << 20, 64ull << 20);
-  const uint64_t fixed = plan.write_queue + kIndexMemoryBytes;
+  plan.stream_buffers = std::clamp<uint64_t>(ram / 16, 1ull << 20, 16ull << 20);
+  const uint64_t fixed = plan.write_queue + plan.stream_buffers + kIndexMemoryBytes;
   plan.ram_tier = ram > fixed ? ram - fixed : 0;
   return plan;
 }
@@ -281,10 +284,16 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   spdlog::info("--ram {} MiB: RAM tier {} MiB, SSD write queue {} MiB, index {} MiB",
                options.ram_budget >> 20, memory.ram_tier >> 20, memory.write_queue >> 20,
                kIndexMemoryBytes >> 20);
+  // Chunk buffers come and go by the thousand per second. Above 128 KiB malloc maps
+  // each one and gives it back when freed; setting the threshold also stops glibc from
+  // raising it after the first large free, which would put multi-hundred-KiB buffers in
+  // its arenas, where freed memory stays in the RSS that --ram promises to bound.
+  ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   cache::CacheOptions cache_options;
   cache_options.cache_dir = options.cache_dir;
   cache_options.ram_budget = memory.ram_tier;
   cache_options.ssd_write_queue_bytes = memory.write_queue;
+  cache_options.stream_buffer_bytes = memory.stream_buffers;
   cache_options.disk_budget = options.disk_budget;
   cache_options.chunk_size = options.chunk_size;
   cache_options.use_io_uring = options.use_io_uring;

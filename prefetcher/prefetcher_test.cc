@@ -140,6 +140,20 @@ TEST(EpochRecord, RoundTripsAndRefusesGarbage) {
   EXPECT_EQ(back->files[0].second, "a/b c.jpg");
   EXPECT_EQ(back->files[1].first, (FileKey{1, 4}));
   EXPECT_EQ(back->order, (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(back->pattern, Pattern::kUnknown);
+  r.pattern = Pattern::kShuffled;  // kept, so a restart can stream from mount
+  ASSERT_TRUE(SaveEpochRecord(dir / "epochs", r).ok());
+  EXPECT_EQ(LoadEpochRecord(dir / "epochs")->pattern, Pattern::kShuffled);
+  {
+    // A record written before the pattern line existed still loads.
+    std::FILE* f = std::fopen((dir / "old").c_str(), "w");
+    std::fputs("epochfs-epochs 1\nfiles 1\n1 2 x\norder 1\n0\n", f);
+    std::fclose(f);
+  }
+  auto old = LoadEpochRecord(dir / "old");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->pattern, Pattern::kUnknown);
+  EXPECT_EQ(old->order, (std::vector<uint32_t>{0}));
   EXPECT_EQ(LoadEpochRecord(dir / "none").status().code(), Code::kNotFound);
   {
     std::FILE* f = std::fopen((dir / "junk").c_str(), "w");
