@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "fmt/format.h"
 #include "fs/source_fs.h"
@@ -51,24 +52,34 @@ std::string SourceFs::RelativePath(const Inode& inode) const {
   return path;
 }
 
-Result<prefetch::OpenedFile> SourceFs::OpenRelative(const std::string& path) const {
+namespace {
+
+// The regular file at `path` (relative, checked) beneath the root, opened with `flags`
+// (O_PATH when only its identity is wanted: no data is read), and its identity.
+Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenRegularBeneath(int root_fd,
+                                                                      const std::string& path,
+                                                                      int flags) {
   EPOCHFS_RETURN_IF_ERROR(prefetch::PlanParser::CheckPath(path, PATH_MAX));
-  auto fd = OpenBeneathRoot(inodes_.root()->path_fd.get(), path, O_RDONLY);
+  auto fd = OpenBeneathRoot(root_fd, path, flags);
   if (!fd.ok()) return fd.status();
   struct ::stat st {};
   if (::fstat(fd->get(), &st) < 0) return Status::FromErrno(errno, "fstat " + path);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a regular file", path));
-  return prefetch::OpenedFile{std::move(*fd), cache::SourceIdentity::FromStat(st)};
+  return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(st));
+}
+
+}  // namespace
+
+Result<prefetch::OpenedFile> SourceFs::OpenRelative(const std::string& path) const {
+  auto opened = OpenRegularBeneath(inodes_.root()->path_fd.get(), path, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  return prefetch::OpenedFile{std::move(opened->first), opened->second};
 }
 
 Result<cache::SourceIdentity> SourceFs::StatRelative(const std::string& path) const {
-  EPOCHFS_RETURN_IF_ERROR(prefetch::PlanParser::CheckPath(path, PATH_MAX));
-  auto fd = OpenBeneathRoot(inodes_.root()->path_fd.get(), path, O_PATH);
-  if (!fd.ok()) return fd.status();
-  struct ::stat st {};
-  if (::fstat(fd->get(), &st) < 0) return Status::FromErrno(errno, "fstat " + path);
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a regular file", path));
-  return cache::SourceIdentity::FromStat(st);
+  auto opened = OpenRegularBeneath(inodes_.root()->path_fd.get(), path, O_PATH);
+  if (!opened.ok()) return opened.status();
+  return opened->second;
 }
 
 Result<std::vector<std::string>> SourceFs::ListRelativeDir(const std::string& dir) const {
