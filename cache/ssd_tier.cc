@@ -560,23 +560,9 @@ Result<ChunkBytes> SsdTier::ReadWithNeighbours(const PackReader& reader, const C
   Result<std::shared_ptr<const std::string>> buf = reader.ReadRange(start, end - start);
   if (!buf.ok()) return buf.status();
   const std::string& bytes = **buf;
-  const size_t at = rec.offset - start;
-  if (bytes.size() < at + EntryLen(rec)) {
-    return Status::Corruption(
-        fmt::format("pack {} offset {}: short read", rec.pack_id, rec.offset));
-  }
-  Result<EntryHeader> header = DecodeEntryHeader(std::span<const char>(bytes).subspan(at));
-  if (!header.ok() || header->key != key || header->stored_len != rec.stored_len) {
-    return Status::Corruption(
-        fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset,
-                    header.ok() ? "entry is not the indexed one" : header.status().message()));
-  }
-  // Copy rather than share: the target must not pin the whole window in RAM.
-  Result<ChunkBytes> target = DecodeEntryData(*header, *buf, at + kEntryHeaderSize, false);
-  if (!target.ok()) {
-    return Status::Corruption(
-        fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset, target.status().message()));
-  }
+  // Copied out (not shared): the target must not pin the whole window in RAM.
+  Result<ChunkBytes> target = DecodeStreamed(bytes, start, key, rec);
+  if (!target.ok()) return target.status();
   for (const FoundEntry& e : FindEntries(bytes, start)) {
     if (e.offset == rec.offset || e.header.key == key) continue;
     if (!ram_->HasRoomFor(e.header.plain_len)) break;

@@ -218,8 +218,9 @@ class SsdTier {
   void PackUnreadable(const ChunkKey& key, const IndexRecord& record, const Status& why);
   void EntryCorrupt(const ChunkKey& key, const IndexRecord& record, const Status& why);
   class StreamBuffers;  // a scoped share of stream_buffer_bytes
-  // Verifies and decodes the entry `rec` of `key` found in `bytes` (pack bytes from
-  // `bytes_offset`); kCorruption with its location when anything disagrees.
+  // Verifies and decodes (copies out) the entry `rec` of `key` found in `bytes` (pack
+  // bytes from `bytes_offset`: a streamed run or a read-around window); kCorruption
+  // with its location when anything disagrees.
   Result<ChunkBytes> DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
                                     const ChunkKey& key, const IndexRecord& rec) const;
   void AddLiveLocked(const IndexRecord& record, int64_t sign);  // REQUIRES meta_mu_
