@@ -348,12 +348,7 @@ TEST_F(MountedDirsTest, TwoThousandOpenFilesUnderAnFdLimitOf256) {
       epochfs::testing::Run({"prlimit", "--nofile=256:256", EPOCHFS_BINARY, "mount", src_.string(), mnt_.string(),
            "--cache-dir", cache_.string(), "--consistency", "open"});
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
-  struct Unmount {
-    fsys::path mnt;
-    ~Unmount() {
-      if (Epochfs({"umount", mnt.string()}).exit_code != 0) ::umount2(mnt.c_str(), MNT_DETACH);
-    }
-  } unmount{mnt_};
+  const UnmountOnExit unmount(mnt_);
   auto stats_of = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
 
   std::vector<int> fds;
@@ -534,12 +529,7 @@ TEST_F(MountedDirsTest, DataTwoAndAHalfTimesAMemoryLimitNothingOomKilled) {
       {"sh", "-c", in_group + EPOCHFS_BINARY + " mount " + src_.string() + " " + mnt_.string() +
                        " --cache-dir " + cache_.string() + " --ram 64M"});
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
-  struct Unmount {
-    fsys::path mnt;
-    ~Unmount() {
-      if (Epochfs({"umount", mnt.string()}).exit_code != 0) ::umount2(mnt.c_str(), MNT_DETACH);
-    }
-  } unmount{mnt_};
+  const UnmountOnExit unmount(mnt_);
   for (int epoch = 0; epoch < 2; epoch++) {
     CommandResult read = epochfs::testing::Run(
         {"sh", "-c", in_group + "find " + mnt_.string() + " -type f -exec cat {} + | cksum"});

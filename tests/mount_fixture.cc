@@ -142,6 +142,12 @@ Mount::Mount(const fsys::path& source, const fsys::path& mountpoint, const fsys:
   mounted_ = ok_;
 }
 
+UnmountOnExit::~UnmountOnExit() {
+  if (Epochfs({"umount", mountpoint_.string()}).exit_code != 0) {
+    ::umount2(mountpoint_.c_str(), MNT_DETACH);
+  }
+}
+
 Mount::~Mount() {
   if (!mounted_) return;
   if (!Unmount()) ::umount2(mountpoint_.c_str(), MNT_DETACH);

@@ -77,6 +77,19 @@ class Mount {
   std::string output_;
 };
 
+// Unmounts `mountpoint` when it goes, for tests that mount through a wrapper command
+// (prlimit, a cgroup) instead of Mount: `epochfs umount`, else a lazy detach.
+class UnmountOnExit {
+ public:
+  explicit UnmountOnExit(fsys::path mountpoint) : mountpoint_(std::move(mountpoint)) {}
+  ~UnmountOnExit();
+  UnmountOnExit(const UnmountOnExit&) = delete;
+  UnmountOnExit& operator=(const UnmountOnExit&) = delete;
+
+ private:
+  fsys::path mountpoint_;
+};
+
 // A fixture base for tests that mount: skips without FUSE, and gives each test a fresh
 // temporary directory with `src/` and `mnt/` made and `cache/` named (not made: a
 // mount makes it).

@@ -361,7 +361,9 @@ TEST_P(StreamTest, StreamingStaysWithinTheRamBudgetAndStopsAtUnmount) {
   std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
   for (size_t i = 0; i < order.size(); ++i) {
     ASSERT_EQ(ReadFile(mnt_ / order[i]).size(), kSize);
-    if (i % 50 == 0) ASSERT_LE(m->Stats()["ram_bytes"].get<uint64_t>(), budget);
+    if (i % 50 == 0) {
+      ASSERT_LE(m->Stats()["ram_bytes"].get<uint64_t>(), budget);
+    }
   }
   s = m->Stats();
   EXPECT_GT(s["ssd_streamed"].get<uint64_t>(), 300u) << s.dump();  // refilled as read
