@@ -158,16 +158,22 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
   }
   if (mask & (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO)) {
     struct ::stat st {};
-    if (::fstatat(parent->path_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (auto node = table_.FindBySource(st.st_dev, st.st_ino)) {
-        // Our own writes and attribute changes through the mount raise these events too;
-        // the kernel already has their result. Only a change it has not seen drops pages.
-        const bool renamed_in = mask & IN_MOVED_TO;
-        if (renamed_in ||
-            !table_.KernelCacheFollows(*node, cache::SourceIdentity::FromStat(st))) {
-          invalidator_.InvalidateInode(node->nodeid);
-        }
-      }
+    const int dir_fd = parent->path_fd.get();
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+    auto node = table_.FindBySource(st.st_dev, st.st_ino);
+    if (!node) return;
+    // Our own writes, renames and attribute changes through the mount raise these events
+    // too; the kernel already has their result. Only a change it has not seen drops its
+    // pages. The node is known only after a first stat; the identity compared is from a
+    // second one, taken after the observation began (InodeTable::Observe).
+    const auto seen = InodeTable::Observe(*node);
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+    if (static_cast<uint64_t>(st.st_ino) != node->ino ||
+        static_cast<uint64_t>(st.st_dev) != node->dev) {
+      return;  // renamed over meanwhile: that rename has its own event
+    }
+    if (!table_.KernelCacheFollows(*node, cache::SourceIdentity::FromStat(st), seen)) {
+      invalidator_.InvalidateInode(node->nodeid);
     }
   }
 }

@@ -98,57 +98,84 @@ void InodeTable::Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr
   inode->name = new_name;
 }
 
-InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
-                                                     const cache::SourceIdentity& id,
-                                                     bool written) {
-  std::lock_guard lock(mutex_);
-  return Compare(inode, id, written, cache::WallClockNs());
+InodeTable::Observation InodeTable::Observe(const Inode& inode) {
+  // changes_made first: a change that ends after this load is caught by the count, one
+  // that began before it is caught by changes_in_flight.
+  Observation seen;
+  seen.changes_made = inode.changes_made.load();
+  seen.during_change = inode.changes_in_flight.load() > 0;
+  return seen;
 }
 
-// REQUIRES mutex_.
-InodeTable::CacheMatch InodeTable::Compare(Inode& inode, const cache::SourceIdentity& id,
-                                           bool written, int64_t now) {
+bool InodeTable::Overlapped(const Inode& inode, Observation seen) {
+  return seen.during_change || inode.changes_in_flight.load() > 0 ||
+         inode.changes_made.load() != seen.changes_made;
+}
+
+InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
+                                                     const cache::SourceIdentity& id,
+                                                     Observation seen) {
+  const int64_t now = cache::WallClockNs();
+  std::lock_guard lock(mutex_);
+  if (Overlapped(inode, seen)) return CacheMatch::kSame;
   auto record = [&] {
     inode.kernel_cache_id = id;
     inode.kernel_cache_id_at_ns = now;
-    inode.kernel_cache_id_written = written;
+    inode.kernel_cache_id_written = false;
   };
   if (!inode.kernel_cache_id) {
     record();
     return CacheMatch::kUnknown;
   }
   if (id.ctime_ns < inode.kernel_cache_id->ctime_ns) {
-    // Taken before the identity already recorded (a read or open whose fstat raced a
-    // write through the mount): old news, not a change.
+    // Taken before the identity already recorded: old news, not a change.
     return CacheMatch::kSame;
   }
-  const bool in_flight = inode.writes_in_flight.load() > 0;
   if (*inode.kernel_cache_id == id) {
     // The same identity again: keep when it was first recorded (what "settled" is
-    // measured against) and whether the mount wrote it.
+    // measured against) and whether the mount made it.
     const bool settled = id.ctime_ns + cache::kRacilyCleanNs < inode.kernel_cache_id_at_ns;
-    const bool trusted = settled || inode.kernel_cache_id_written;
-    inode.kernel_cache_id_written = inode.kernel_cache_id_written || written;
-    if (trusted || in_flight) return CacheMatch::kSame;
+    if (settled || inode.kernel_cache_id_written) return CacheMatch::kSame;
     inode.kernel_cache_id_at_ns = now;  // recent and not ours: it settles from now on
     return CacheMatch::kChanged;
   }
   record();
-  return written || in_flight ? CacheMatch::kSame : CacheMatch::kChanged;
+  return CacheMatch::kChanged;
 }
 
-bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id) const {
+bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,
+                                    Observation seen) const {
   std::lock_guard lock(mutex_);
-  if (inode.writes_in_flight.load() > 0) return true;
+  if (Overlapped(inode, seen)) return true;
   // Equal, or older than what the kernel holds: the watcher's stat of an event it
-  // reads late, after later writes through the mount.
+  // reads late, after later changes through the mount.
   return inode.kernel_cache_id &&
          (*inode.kernel_cache_id == id || id.ctime_ns < inode.kernel_cache_id->ctime_ns);
 }
 
-void InodeTable::ClearKernelCacheId(Inode& inode) {
+void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made) {
+  const int64_t now = cache::WallClockNs();
   std::lock_guard lock(mutex_);
-  inode.kernel_cache_id.reset();
+  // Without a result (the change failed, or the stat after it did) the recorded identity
+  // stays: the next observation compares with it.
+  if (made && (!inode.kernel_cache_id || made->ctime_ns >= inode.kernel_cache_id->ctime_ns)) {
+    // Concurrent changes end in any order; the newest identity is the file's.
+    inode.kernel_cache_id = made;
+    inode.kernel_cache_id_at_ns = now;
+    inode.kernel_cache_id_written = true;
+  }
+  inode.changes_made.fetch_add(1);
+}
+
+MountChange::MountChange(InodeTable& table, Inode* inode) : table_(table), inode_(inode) {
+  if (inode_) inode_->changes_in_flight.fetch_add(1);
+}
+
+MountChange::~MountChange() {
+  if (!inode_) return;
+  // Counted as made before it stops being in flight: an observation never sees neither.
+  table_.EndMountChange(*inode_, made_);
+  inode_->changes_in_flight.fetch_sub(1);
 }
 
 uint64_t InodeTable::file_fds() const {

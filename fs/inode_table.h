@@ -42,10 +42,12 @@ struct Inode {
   // Open file handles ("open" mode): while there are any, the node's attributes are its
   // inode's even if its name now means something else (fstat of an unlinked open file).
   std::atomic<int> open_handles{0};
-  // Writes through the mount now between their pwrite and recording the identity they
-  // left: the kernel's pages follow such writes (write-through), so a change of
-  // identity they explain is no reason to drop those pages.
-  std::atomic<int> writes_in_flight{0};
+  // Changes the mount is making to the source file now (see MountChange), and how many
+  // it has finished: the kernel follows such changes itself (writes are write-through),
+  // so an identity observed while one was under way explains nothing, and dropping the
+  // kernel's pages for it would only race with the next write.
+  std::atomic<int> changes_in_flight{0};
+  std::atomic<uint64_t> changes_made{0};
   // Held by an open while it compares the file's identity with the kernel's pages and
   // drops them ("open" mode).
   std::mutex open_order;
@@ -58,7 +60,7 @@ struct Inode {
   // node (set at open). An open that sees the same identity keeps the kernel's cache.
   std::optional<cache::SourceIdentity> kernel_cache_id;
   int64_t kernel_cache_id_at_ns = 0;  // wall clock when kernel_cache_id was recorded
-  bool kernel_cache_id_written = false;  // recorded after a write through the mount
+  bool kernel_cache_id_written = false;  // left by a MountChange
 };
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
@@ -105,35 +107,48 @@ class InodeTable {
   void Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr<Inode>& new_parent,
             const std::string& new_name);
 
-  // Compares `id` with the identity the kernel's cached pages of `inode` were read
-  // with, and records `id` as the new one.
+  // An observation of a file's identity is ordered against the mount's own changes to
+  // it: take an Observation *before* the stat whose identity is then compared. If a
+  // MountChange was under way or ended in between, the stat may show the file before,
+  // during or after that change, and it is no news: the kernel follows the mount's
+  // changes itself. (Timestamps cannot order them: two changes within one tick of a
+  // coarse clock leave the same ctime.)
+  struct Observation {
+    uint64_t changes_made = 0;
+    bool during_change = false;
+  };
+  static Observation Observe(const Inode& inode);
+
+  // Compares `id`, observed as `seen`, with the identity the kernel's cached pages of
+  // `inode` were read with, and records `id` as the new one.
   enum class CacheMatch { kSame, kChanged, kUnknown };
-  // A write through the mount in flight counts as kSame: the kernel's pages already
-  // hold what it writes. An equal identity counts only if the file had not changed
-  // shortly before it was recorded (git's "racily clean" rule): a change in the same
-  // tick of a coarse timestamp clock leaves size, mtime and ctime as they were. An
-  // identity older (by ctime) than the one recorded is a late observation, not a
-  // change: kSame, and the recorded one stays. An
-  // identity `written` by the mount itself (recorded right after its write) is
-  // trusted even if recent: the kernel's pages hold that write, and dropping them at
-  // every open while a writer appends races with its next write. (What that trust
-  // misses: a writer underneath changing the same file within the same timestamp
-  // tick without changing its size.)
-  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id,
-                               bool written = false);
-  void ClearKernelCacheId(Inode& inode);
-  // Whether the kernel's pages of `inode` are those of the file as `id` now says: the
-  // change was made through the mount (or is being made now). Dropping the pages then
-  // would only race with the write that keeps them current (the kernel zero-fills a
-  // page re-read before that write reaches the source).
-  bool KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id) const;
+  // An observation that overlapped a change by the mount counts as kSame and records
+  // nothing. An equal identity counts only if the file had not changed shortly before
+  // it was recorded (git's "racily clean" rule): a change in the same tick of a coarse
+  // timestamp clock leaves size, mtime and ctime as they were. An identity older (by
+  // ctime) than the one recorded is a late observation, not a change: kSame, and the
+  // recorded one stays. An identity the mount's own change left is trusted even if
+  // recent: the kernel's pages hold that change. (What that trust misses: a writer
+  // underneath changing the same file within the same timestamp tick without changing
+  // its size.)
+  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id, Observation seen);
+  // Whether the kernel's pages of `inode` are those of the file as `id` (observed as
+  // `seen`) says: the change was made through the mount, or overlapped one. Dropping the
+  // pages then would only race with the write that keeps them current: the kernel
+  // copies a write into its up-to-date pages before the WRITE reaches the daemon, and
+  // a page dropped and read again in between holds the old bytes for good.
+  bool KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,
+                          Observation seen) const;
 
   size_t size() const;
   uint64_t file_fds() const;
 
  private:
-  // REQUIRES mutex_. SwapKernelCacheId at wall-clock time `now`.
-  CacheMatch Compare(Inode& inode, const cache::SourceIdentity& id, bool written, int64_t now);
+  friend class MountChange;
+  // REQUIRES mutex_.
+  static bool Overlapped(const Inode& inode, Observation seen);
+  // Ends a MountChange: records `made`, if known, as the identity the kernel's pages hold.
+  void EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made);
 
   struct DevIno {
     uint64_t dev, ino;
@@ -150,6 +165,31 @@ class InodeTable {
   uint64_t file_fds_ = 0;      // GUARDED_BY(mutex_): file nodes in the table holding an fd
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_;  // GUARDED_BY(mutex_)
   std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_;      // GUARDED_BY(mutex_)
+};
+
+// Brackets one change the mount makes to a file's source object: a write, truncate,
+// chmod or utimens, a rename, a link or an unlink of one of its names, an xattr. Each
+// of these moves the file's ctime; none of them leaves the kernel's pages wrong. From
+// construction to destruction, observations of the file's identity are no news (see
+// InodeTable::Observe), and the identity the change leaves is recorded as the one the
+// kernel's pages hold.
+class MountChange {
+ public:
+  // `inode` may be null (an object the kernel does not know, or a directory): nothing
+  // to do then. The caller keeps it alive until the MountChange ends.
+  MountChange(InodeTable& table, Inode* inode);
+  ~MountChange();
+  MountChange(const MountChange&) = delete;
+  MountChange& operator=(const MountChange&) = delete;
+
+  // The file's identity once the change is made, from a stat taken after it. Without
+  // one (the change failed) the identity recorded before stays.
+  void Made(const cache::SourceIdentity& id) { made_ = id; }
+
+ private:
+  InodeTable& table_;
+  Inode* const inode_;  // kept alive by the caller
+  std::optional<cache::SourceIdentity> made_;
 };
 
 }  // namespace epochfs::fs

@@ -57,13 +57,91 @@ TEST(InodeTable, MoveAndKernelCacheIdentity) {
   EXPECT_EQ(loc.parent.get(), dir.get());
   EXPECT_EQ(loc.name, "g");
 
+  // An old ctime: settled, so an equal identity is trusted.
   cache::SourceIdentity id{1, 51, 10, 1000, 2000};
-  EXPECT_EQ(table.SwapKernelCacheId(*f, id), InodeTable::CacheMatch::kUnknown);
-  EXPECT_EQ(table.SwapKernelCacheId(*f, id), InodeTable::CacheMatch::kSame);
+  auto swap = [&](const cache::SourceIdentity& seen_id) {
+    return table.SwapKernelCacheId(*f, seen_id, InodeTable::Observe(*f));
+  };
+  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kUnknown);
+  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kSame);
   id.mtime_ns++;
-  EXPECT_EQ(table.SwapKernelCacheId(*f, id), InodeTable::CacheMatch::kChanged);
-  table.ClearKernelCacheId(*f);
-  EXPECT_EQ(table.SwapKernelCacheId(*f, id), InodeTable::CacheMatch::kUnknown);
+  id.ctime_ns++;
+  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kChanged);
+  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kSame);
+  --id.ctime_ns;
+  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kSame) << "older than recorded: a late look";
+}
+
+cache::SourceIdentity RecentIdentity(uint64_t size) {
+  const int64_t now = cache::WallClockNs();
+  return cache::SourceIdentity{1, 70, size, now, now};
+}
+
+TEST(InodeTable, RecentChangeNotMadeByTheMountIsDistrustedUntilItSettles) {
+  InodeTable table = MakeTable();
+  auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());
+  auto swap = [&](const cache::SourceIdentity& id) {
+    return table.SwapKernelCacheId(*f, id, InodeTable::Observe(*f));
+  };
+  EXPECT_EQ(swap(cache::SourceIdentity{1, 70, 1, 1000, 1000}), InodeTable::CacheMatch::kUnknown);
+  const auto changed = RecentIdentity(2);
+  EXPECT_EQ(swap(changed), InodeTable::CacheMatch::kChanged);
+  // Racily clean: the same identity again, so soon after its ctime, may hide a second
+  // change within the same timestamp tick.
+  EXPECT_EQ(swap(changed), InodeTable::CacheMatch::kChanged);
+}
+
+TEST(InodeTable, IdentityAMountChangeLeftIsTrustedAtOnce) {
+  InodeTable table = MakeTable();
+  auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());
+  const auto written = RecentIdentity(5);
+  MountChange(table, f.get()).Made(written);
+  EXPECT_EQ(table.SwapKernelCacheId(*f, written, InodeTable::Observe(*f)),
+            InodeTable::CacheMatch::kSame);
+  EXPECT_TRUE(table.KernelCacheFollows(*f, written, InodeTable::Observe(*f)));
+}
+
+TEST(InodeTable, ObservationOverlappingAMountChangeIsNoNews) {
+  InodeTable table = MakeTable();
+  auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());
+  MountChange(table, f.get()).Made(RecentIdentity(5));
+
+  // Observed while a change is under way: whatever the stat showed explains nothing.
+  {
+    MountChange change(table, f.get());
+    const auto seen = InodeTable::Observe(*f);
+    const auto during = RecentIdentity(6);
+    EXPECT_EQ(table.SwapKernelCacheId(*f, during, seen), InodeTable::CacheMatch::kSame);
+    EXPECT_TRUE(table.KernelCacheFollows(*f, during, seen));
+    change.Made(RecentIdentity(7));
+  }
+  // Observed before the change, compared after it ended: with a coarse clock the
+  // stale identity can carry the very same ctime, so only the count orders them.
+  const auto stale = RecentIdentity(9);
+  MountChange(table, f.get()).Made(stale);
+  const auto seen = InodeTable::Observe(*f);
+  {
+    MountChange change(table, f.get());
+    cache::SourceIdentity after = stale;
+    after.size = 8;  // same tick: same ctime and mtime
+    change.Made(after);
+  }
+  EXPECT_EQ(table.SwapKernelCacheId(*f, stale, seen), InodeTable::CacheMatch::kSame);
+  EXPECT_TRUE(table.KernelCacheFollows(*f, stale, seen));
+  // Taken afresh, the stale identity is a change the mount did not make.
+  EXPECT_FALSE(table.KernelCacheFollows(*f, stale, InodeTable::Observe(*f)));
+  EXPECT_EQ(table.SwapKernelCacheId(*f, stale, InodeTable::Observe(*f)),
+            InodeTable::CacheMatch::kChanged);
+}
+
+TEST(InodeTable, FailedMountChangeKeepsTheRecordedIdentity) {
+  InodeTable table = MakeTable();
+  auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());
+  const auto id = RecentIdentity(5);
+  MountChange(table, f.get()).Made(id);
+  { MountChange failed(table, f.get()); }
+  EXPECT_EQ(table.SwapKernelCacheId(*f, id, InodeTable::Observe(*f)),
+            InodeTable::CacheMatch::kSame);
 }
 
 TEST(InodeTable, ParentOutlivesForgetWhileAChildHoldsIt) {

@@ -265,6 +265,8 @@ Result<struct ::stat> SourceFs::SetAttr(uint64_t nodeid, const struct ::stat& at
   if (S_ISLNK(current.st_mode) && (what.mode || what.size)) {
     return ErrnoValue(EOPNOTSUPP, "chmod/truncate of a symlink");
   }
+  // The kernel applies a setattr's result itself (a truncate drops its own pages).
+  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get());
 
   if (what.mode && ::chmod(p, attr.st_mode & 07777) < 0) return Errno("chmod");
   if (what.uid || what.gid) {
@@ -295,13 +297,22 @@ Result<struct ::stat> SourceFs::SetAttr(uint64_t nodeid, const struct ::stat& at
   }
   auto st = GetAttr(nodeid, fh);
   if (st.ok() && !(*inode)->is_dir) {
-    // The kernel applies a setattr's result itself (a truncate drops its own pages):
-    // the identity it leaves is one the mount made, like a write's.
     const auto id = cache::SourceIdentity::FromStat(*st);
     if (fh) fh->set_identity(id);
-    inodes_.SwapKernelCacheId(**inode, id, /*written=*/true);
+    change.Made(id);
   }
   return st;
+}
+
+std::optional<cache::SourceIdentity> SourceFs::IdentityNow(const Inode& inode) const {
+  if (inode.path_fd) {
+    auto st = StatFd(inode.path_fd.get());
+    if (st.ok()) return cache::SourceIdentity::FromStat(*st);
+    return std::nullopt;
+  }
+  struct ::stat st {};
+  if (!Resolve(inode, &st).ok()) return std::nullopt;
+  return cache::SourceIdentity::FromStat(st);
 }
 
 Result<std::string> SourceFs::ReadLink(uint64_t nodeid) {
@@ -361,9 +372,11 @@ Result<Entry> SourceFs::Link(uint64_t nodeid, uint64_t new_parent, const std::st
   if (!dir.ok()) return dir.status();
   auto loc = Resolve(**inode);
   if (!loc.ok()) return loc.status();
+  MountChange change(inodes_, inode->get());  // a new name moves the file's ctime
   if (::linkat(loc->dir_fd(), loc->name.c_str(), (*dir)->path_fd.get(), new_name.c_str(), 0) < 0) {
     return Errno(fmt::format("link '{}'", new_name));
   }
+  if (auto id = IdentityNow(**inode)) change.Made(*id);
   return LookupIn(*dir, new_name);
 }
 
@@ -372,8 +385,14 @@ Status SourceFs::Unlink(uint64_t parent, const std::string& name) {
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto st = StatAt((*dir)->path_fd.get(), name);
+  // The file may live on, under another name or open: the unlink moves its ctime.
+  auto node = st.ok() ? inodes_.FindBySource(st->st_dev, st->st_ino) : nullptr;
+  MountChange change(inodes_, node && !node->is_dir ? node.get() : nullptr);
   if (::unlinkat((*dir)->path_fd.get(), name.c_str(), 0) < 0) {
     return Errno(fmt::format("unlink '{}'", name));
+  }
+  if (node) {
+    if (auto id = IdentityNow(*node)) change.Made(*id);
   }
   // The last name gone: its cached chunks can never be served again, free them now.
   if (st.ok() && st->st_nlink <= 1) cache_->Invalidate(st->st_dev, st->st_ino);
@@ -399,6 +418,14 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   if (!to.ok()) return to.status();
   auto moved = StatAt((*from)->path_fd.get(), name);
   auto replaced = StatAt((*to)->path_fd.get(), new_name);
+  // A rename moves the ctime of the file it moves and of the one it replaces (which may
+  // live on, open or under another name).
+  auto moved_node = moved.ok() ? inodes_.FindBySource(moved->st_dev, moved->st_ino) : nullptr;
+  auto replaced_node =
+      replaced.ok() ? inodes_.FindBySource(replaced->st_dev, replaced->st_ino) : nullptr;
+  MountChange moving(inodes_, moved_node && !moved_node->is_dir ? moved_node.get() : nullptr);
+  MountChange replacing(
+      inodes_, replaced_node && !replaced_node->is_dir ? replaced_node.get() : nullptr);
   if (::syscall(SYS_renameat2, (*from)->path_fd.get(), name.c_str(), (*to)->path_fd.get(),
                 new_name.c_str(), flags) < 0) {
     return Errno(fmt::format("rename '{}' to '{}'", name, new_name));
@@ -408,15 +435,13 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
     cache_->Invalidate(replaced->st_dev, replaced->st_ino);
   }
   // Keep the nodes' locations current so they are not mistaken for stale ones.
-  if (moved.ok()) {
-    if (auto node = inodes_.FindBySource(moved->st_dev, moved->st_ino)) {
-      inodes_.Move(node, *to, new_name);
-    }
+  if (moved_node) inodes_.Move(moved_node, *to, new_name);
+  if ((flags & RENAME_EXCHANGE) && replaced_node) inodes_.Move(replaced_node, *from, name);
+  if (moved_node && !moved_node->is_dir) {
+    if (auto id = IdentityNow(*moved_node)) moving.Made(*id);
   }
-  if ((flags & RENAME_EXCHANGE) && replaced.ok()) {
-    if (auto node = inodes_.FindBySource(replaced->st_dev, replaced->st_ino)) {
-      inodes_.Move(node, *from, name);
-    }
+  if (replaced_node && !replaced_node->is_dir) {
+    if (auto id = IdentityNow(*replaced_node)) replacing.Made(*id);
   }
   return Status::Ok();
 }
@@ -451,11 +476,12 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   // Concurrent opens of one file decide about the kernel's pages one at a time: the
   // open that finds the file changed drops them before another open may keep them.
   std::lock_guard order((*inode)->open_order);
+  const auto seen = InodeTable::Observe(**inode);
   auto opened = OpenNode(**inode, flags);
   if (!opened.ok()) return opened.status();
   auto& [fd, id] = *opened;
   OpenResult result;
-  const auto match = inodes_.SwapKernelCacheId(**inode, id);
+  const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
   result.attributes_changed = match == InodeTable::CacheMatch::kChanged;
   if (result.attributes_changed) {
@@ -498,7 +524,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd(),
                                 KnownByAnotherDeadName(**dir, name, *st));
   const auto id = cache::SourceIdentity::FromStat(*st);
-  inodes_.SwapKernelCacheId(*inode, id, /*written=*/true);
+  MountChange(inodes_, inode.get()).Made(id);
   OpenResult open;
   open.handle = NewHandle(inode, std::move(*fd), id, flags);
   return std::make_pair(Entry{inode->nodeid, *st}, std::move(open));
@@ -544,11 +570,8 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
 
 Result<size_t> SourceFs::WriteFd(int fd, Inode& node, FileHandle* fh, const char* data,
                                  size_t size, uint64_t offset) {
-  node.writes_in_flight.fetch_add(1);
-  struct Done {
-    Inode& node;
-    ~Done() { node.writes_in_flight.fetch_sub(1); }
-  } done_writing{node};
+  // The kernel's pages were written through and stay valid; only the cache drops.
+  MountChange change(inodes_, &node);
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
@@ -561,12 +584,9 @@ Result<size_t> SourceFs::WriteFd(int fd, Inode& node, FileHandle* fh, const char
   }
   cache_->Invalidate(node.dev, node.ino);
   if (auto st = StatFd(fd); st.ok()) {
-    // The kernel's pages were written through and stay valid; only the cache drops.
     auto id = cache::SourceIdentity::FromStat(*st);
     if (fh) fh->set_identity(id);
-    inodes_.SwapKernelCacheId(node, id, /*written=*/true);
-  } else {
-    inodes_.ClearKernelCacheId(node);
+    change.Made(id);
   }
   return done;
 }
@@ -598,13 +618,17 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
 Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
+  const auto seen = InodeTable::Observe(**inode);
   auto st = (*inode)->path_fd ? StatFd((*inode)->path_fd.get()) : GetAttr(nodeid, nullptr);
-  if (st.ok() && !(*inode)->is_dir) CheckKernelCache(**inode, cache::SourceIdentity::FromStat(*st));
+  if (st.ok() && !(*inode)->is_dir) {
+    CheckKernelCache(**inode, cache::SourceIdentity::FromStat(*st), seen);
+  }
   return st;
 }
 
-void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id) {
-  if (inodes_.SwapKernelCacheId(inode, id) != InodeTable::CacheMatch::kChanged) return;
+void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
+                                InodeTable::Observation seen) {
+  if (inodes_.SwapKernelCacheId(inode, id, seen) != InodeTable::CacheMatch::kChanged) return;
   // Changed, and not by the mount: a change inotify did not report (a hard link outside
   // the source, a shared mapping). The kernel may hold pages of the old file.
   if (ChangeWatcher* watcher = watcher_.load()) watcher->InvalidateLater(inode.nodeid);
@@ -613,11 +637,12 @@ void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id) {
 Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
+  const auto seen = InodeTable::Observe(**inode);
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
   NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
-  if (data.ok()) CheckKernelCache(**inode, opened->second);
+  if (data.ok()) CheckKernelCache(**inode, opened->second, seen);
   return data;
 }
 
@@ -763,9 +788,11 @@ Status SourceFs::SetXattr(uint64_t nodeid, const std::string& name, const std::s
   if (!inode.ok()) return inode.status();
   auto path = ProcPath(**inode);
   if (!path.ok()) return path.status();
+  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get());  // moves the ctime
   if (::lsetxattr(path->c_str(), name.c_str(), value.data(), value.size(), flags) < 0) {
     return Errno(fmt::format("setxattr '{}'", name));
   }
+  if (auto id = IdentityNow(**inode)) change.Made(*id);
   return Status::Ok();
 }
 
@@ -775,9 +802,11 @@ Status SourceFs::RemoveXattr(uint64_t nodeid, const std::string& name) {
   if (!inode.ok()) return inode.status();
   auto path = ProcPath(**inode);
   if (!path.ok()) return path.status();
+  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get());  // moves the ctime
   if (::lremovexattr(path->c_str(), name.c_str()) < 0) {
     return Errno(fmt::format("removexattr '{}'", name));
   }
+  if (auto id = IdentityNow(**inode)) change.Made(*id);
   return Status::Ok();
 }
 

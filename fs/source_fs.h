@@ -205,7 +205,10 @@ class SourceFs {
   // "notify" mode: records `id` as what the kernel now holds of `inode`; when it differs
   // from what it held before (and the mount did not write it), has the watcher drop
   // the kernel's pages.
-  void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id);
+  void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
+                        InodeTable::Observation seen);
+  // The source object's identity now, through its O_PATH fd or its name (nullopt: gone).
+  std::optional<cache::SourceIdentity> IdentityNow(const Inode& inode) const;
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
   // Reads through the cache, as of identity `id` (updated if the file grew meanwhile).
