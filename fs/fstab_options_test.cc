@@ -71,5 +71,107 @@ TEST(FstabOptions, SloppyIgnoresUnknownOptions) {
             (std::vector<std::string>{"mount", "/s", "/m", "--ram", "2G"}));
 }
 
+// ---- The fstab interface, pinned option by option. Every row below is a promise to
+// the fstab lines in use: a change to the option tables (a rename, a merge with the
+// config keys) must fail here and be made here on purpose.
+
+// The status of translating `-o <options>` for /s /m, with `sloppy` as -s.
+Result<std::vector<std::string>> TranslateOptions(const std::string& options, bool sloppy = false) {
+  HelperInvocation inv;
+  inv.source = "/s";
+  inv.mountpoint = "/m";
+  inv.options = {options};
+  inv.sloppy = sloppy;
+  return TranslateFstabOptions(inv);
+}
+
+std::vector<std::string> MountArgs(std::vector<std::string> flags) {
+  std::vector<std::string> args = {"mount", "/s", "/m"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return args;
+}
+
+// Whether `out` is a refusal whose message says `why`.
+bool Refused(const Result<std::vector<std::string>>& out, const std::string& why) {
+  return !out.ok() && out.status().message().find(why) != std::string::npos;
+}
+
+TEST(FstabOptions, EveryValueOptionBecomesItsFlag) {
+  const std::vector<std::pair<std::string, std::string>> kValueOptions = {
+      {"attr_timeout", "--attr-timeout"},
+      {"cache_dir", "--cache-dir"},
+      {"chunk_size", "--chunk-size"},
+      {"config", "--config"},
+      {"consistency", "--consistency"},
+      {"disk", "--disk"},
+      {"entry_timeout", "--entry-timeout"},
+      {"log_file", "--log-file"},
+      {"log_level", "--log-level"},
+      {"metrics_listen", "--metrics-listen"},
+      {"metrics_textfile", "--metrics-textfile"},
+      {"prefetch", "--prefetch"},
+      {"prefetch_bandwidth", "--prefetch-bandwidth"},
+      {"prefetch_iops", "--prefetch-iops"},
+      {"ram", "--ram"},
+      {"readahead", "--readahead"},
+      {"threads", "--threads"},
+  };
+  for (const auto& [option, flag] : kValueOptions) {
+    // The value is handed on untouched: `epochfs mount` checks it.
+    auto out = TranslateOptions(option + "=x/y:1.5");
+    ASSERT_TRUE(out.ok()) << option << ": " << out.status().ToString();
+    EXPECT_EQ(*out, MountArgs({flag, "x/y:1.5"})) << option;
+    EXPECT_TRUE(Refused(TranslateOptions(option), "needs a value")) << option;
+    EXPECT_TRUE(Refused(TranslateOptions(option + "="), "empty value")) << option;
+  }
+}
+
+TEST(FstabOptions, EveryBareOptionBecomesItsFlag) {
+  const std::vector<std::pair<std::string, std::string>> kBareOptions = {
+      {"allow_other", "--allow-other"}, {"metrics_allow_remote", "--metrics-allow-remote"},
+      {"no_io_uring", "--no-io-uring"}, {"no_prefetch_pacing", "--no-prefetch-pacing"},
+      {"read_only", "--read-only"},     {"ro", "--read-only"},
+  };
+  for (const auto& [option, flag] : kBareOptions) {
+    auto out = TranslateOptions(option);
+    ASSERT_TRUE(out.ok()) << option << ": " << out.status().ToString();
+    EXPECT_EQ(*out, MountArgs({flag})) << option;
+    EXPECT_TRUE(Refused(TranslateOptions(option + "=1"), "takes no value")) << option;
+  }
+}
+
+TEST(FstabOptions, EveryOptionForMountAndSystemdIsIgnored) {
+  const std::vector<std::string> kIgnoredOptions = {
+      "_netdev",   "async",  "atime", "auto",     "comment",
+      "defaults",  "dev",    "exec",  "group",    "loud",
+      "noatime",   "noauto", "nodev", "noexec",   "nofail",
+      "nosuid",    "nouser", "owner", "relatime", "rw",
+      "silent",    "suid",   "user",  "users",    "x-systemd.automount",
+      "x-anything"};
+  for (const std::string& option : kIgnoredOptions) {
+    for (const std::string& written : {option, option + "=value"}) {
+      auto out = TranslateOptions(written);
+      ASSERT_TRUE(out.ok()) << written << ": " << out.status().ToString();
+      EXPECT_EQ(*out, MountArgs({})) << written;
+    }
+  }
+}
+
+// Config keys and `epochfs mount` flags that fstab does not take: one option table for
+// all three surfaces must not quietly add them to fstab.
+TEST(FstabOptions, ConfigKeysAndFlagsThatAreNoFstabOptionsAreRefused) {
+  const std::vector<std::string> kNotFstabOptions = {
+      "config_if_exists", "foreground", "io_uring", "mountpoint", "prefetch_pacing", "source"};
+  for (const std::string& option : kNotFstabOptions) {
+    for (const std::string& written : {option, option + "=1"}) {
+      EXPECT_TRUE(Refused(TranslateOptions(written), "unknown option '" + written + "'"))
+          << written;
+      auto sloppy = TranslateOptions(written, /*sloppy=*/true);
+      ASSERT_TRUE(sloppy.ok()) << written << ": " << sloppy.status().ToString();
+      EXPECT_EQ(*sloppy, MountArgs({})) << written;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace epochfs::fs
