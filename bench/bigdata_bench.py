@@ -518,7 +518,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default="/var/tmp/epochfs-bigdata",
                    help="scratch space on the cache disk (image, copy, epochfs cache dir); emptied on exit")
     p.add_argument("--epochfs", default=None,
-                   help="epochfs binary (default: build/fs/epochfs in the repo, else epochfs on PATH)")
+                   help="epochfs binary (default: build/cli/epochfs in the repo, else epochfs on PATH)")
     p.add_argument("--epochfs-log-level", default="warn", help="epochfs --log-level")
     p.add_argument("--epochfs-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `epochfs mount` (repeatable, e.g. --epochfs-arg=--foo)")
@@ -626,7 +626,7 @@ class Bench:
             self._check_throttle()
 
     def _snapshot_epochfs(self) -> None:
-        """Runs a copy of the epochfs binary taken now: a rebuild of build/fs/epochfs during
+        """Runs a copy of the epochfs binary taken now: a rebuild of build/cli/epochfs during
         the run (minutes long) must neither break `epochfs umount` halfway nor make the
         restart row run another binary than epoch 1."""
         if self.epochfs_bin is None:

@@ -20,5 +20,5 @@ echo "== build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target epochfs
 echo "== benchmark"
-exec /usr/bin/python3 bench/epoch_bench.py --quick --epochs 3 --epochfs build/fs/epochfs \
+exec /usr/bin/python3 bench/epoch_bench.py --quick --epochs 3 --epochfs build/cli/epochfs \
   --out bench/out "$@"

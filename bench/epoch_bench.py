@@ -92,7 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default="/var/tmp/epochfs-bench",
                    help="scratch space on a real disk (images, cache dirs, mountpoints); emptied on exit")
     p.add_argument("--epochfs", default=None,
-                   help="epochfs binary (default: build/fs/epochfs in the repo, else epochfs on PATH)")
+                   help="epochfs binary (default: build/cli/epochfs in the repo, else epochfs on PATH)")
     p.add_argument("--epochfs-ram", default="4G", help="epochfs --ram")
     p.add_argument("--epochfs-disk", default="16G", help="epochfs --disk")
     p.add_argument("--epochfs-log-level", default="warn", help="epochfs --log-level")
@@ -136,7 +136,7 @@ def resolve_epochfs(arg: str | None) -> tuple[str | None, str]:
     if arg:
         path = os.path.abspath(arg)
         return (path, path) if os.access(path, os.X_OK) else (None, path)
-    default = os.path.join(REPO, "build", "fs", "epochfs")
+    default = os.path.join(REPO, "build", "cli", "epochfs")
     if os.access(default, os.X_OK):
         return default, default
     on_path = shutil.which("epochfs")

@@ -409,7 +409,7 @@ class Bench:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochfs", default=os.path.join(REPO, "build", "fs", "epochfs"))
+    p.add_argument("--epochfs", default=os.path.join(REPO, "build", "cli", "epochfs"))
     p.add_argument("--workdir", default="/var/tmp/epochfs-prefetch-bench")
     p.add_argument("--out", default=os.path.join(REPO, "docs", "bench"))
     p.add_argument("--files", type=int, default=3000)

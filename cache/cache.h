@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::cache {
 

@@ -16,7 +16,7 @@
 #include <span>
 #include <string>
 
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::cache {
 

@@ -35,7 +35,7 @@
 #include "cache/cache.h"
 #include "cache/codec.h"
 #include "cache/eviction.h"
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::cache {
 

@@ -20,7 +20,7 @@
 #include <memory>
 #include <span>
 
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::cache {
 

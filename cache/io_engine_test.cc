@@ -8,7 +8,7 @@
 
 #include "cache/testing/fault_io_engine.h"
 #include "cache/testing/test_files.h"
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::cache {
 namespace {

@@ -57,8 +57,8 @@
 #include "cache/codec.h"
 #include "cache/eviction.h"
 #include "cache/io_engine.h"
-#include "cache/status.h"
-#include "cache/unique_fd.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::cache {
 

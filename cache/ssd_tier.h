@@ -75,7 +75,7 @@
 #include "cache/io_engine.h"
 #include "cache/pack.h"
 #include "cache/ram_tier.h"
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::cache {
 

@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 #include "fs/inode_table.h"
 
 namespace epochfs::fs {

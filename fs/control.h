@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::fs {
 

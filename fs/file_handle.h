@@ -23,7 +23,7 @@
 #include <mutex>
 
 #include "cache/cache.h"
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 #include "fs/inode_table.h"
 
 namespace epochfs::fs {

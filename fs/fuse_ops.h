@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cache/status.h"
+#include "base/status.h"
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/source_fs.h"

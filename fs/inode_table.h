@@ -27,7 +27,7 @@
 #include <unordered_map>
 
 #include "cache/cache.h"
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::fs {
 

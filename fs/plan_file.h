@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "cache/status.h"
+#include "base/status.h"
 #include "fs/source_fs.h"
 #include "prefetcher/plan_parser.h"
 #include "prefetcher/prefetcher.h"

@@ -30,7 +30,7 @@
 #include <string>
 
 #include "cache/cache.h"
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 #include "fs/change_watcher.h"
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <deque>
 
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::loader {
 

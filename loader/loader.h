@@ -47,11 +47,11 @@
 #include <utility>
 #include <vector>
 
-#include "cache/status.h"
+#include "base/status.h"
 
 namespace epochfs::loader {
 
-// Errors are the project's Status values (cache/status.h, linked as the small
+// Errors are the project's Status values (base/status.h, linked as the small
 // epochfs_status library, without the cache itself). A file whose size differs from
 // when it was listed is Code::kStale; an allocation failure kNoMemory; a CUDA failure
 // kDeviceError.

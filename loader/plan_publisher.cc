@@ -10,7 +10,7 @@
 #include <climits>
 #include <unordered_map>
 
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::loader {
 namespace {

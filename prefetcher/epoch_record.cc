@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::prefetch {
 

@@ -48,8 +48,8 @@
 
 #include "cache/cache.h"
 #include "cache/eviction.h"
-#include "cache/status.h"
-#include "cache/unique_fd.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
 #include "prefetcher/source_pacer.h"
 
 namespace epochfs::prefetch {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cache/cache.h"
-#include "cache/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace epochfs::cache::testing {
 

@@ -1,0 +1,63 @@
+#include "daemon/mount_table.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace epochfs::daemon {
+
+std::string UnescapeMountField(const std::string& field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); i++) {
+    auto octal = [&](size_t j) { return j < field.size() && field[j] >= '0' && field[j] <= '7'; };
+    if (field[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out.push_back(static_cast<char>(std::stoi(field.substr(i + 1, 3), nullptr, 8)));
+      i += 3;
+    } else {
+      out.push_back(field[i]);
+    }
+  }
+  return out;
+}
+
+std::vector<MountEntry> ReadMountTable() {
+  std::vector<MountEntry> mounts;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // id parent maj:min root mountpoint options [optional fields...] - fstype source superopts
+    std::istringstream fields(line);
+    std::string id, parent, devno, root, mountpoint, options, word;
+    fields >> id >> parent >> devno >> root >> mountpoint >> options;
+    while (fields >> word && word != "-") {
+    }
+    MountEntry entry;
+    fields >> entry.fstype >> entry.source;
+    entry.mountpoint = UnescapeMountField(mountpoint);
+    entry.device = devno;
+    entry.source = UnescapeMountField(entry.source);
+    mounts.push_back(std::move(entry));
+  }
+  return mounts;
+}
+
+std::vector<MountEntry> EpochfsMounts() {
+  std::vector<MountEntry> result;
+  for (auto& m : ReadMountTable()) {
+    if (m.fstype == kFsType) result.push_back(std::move(m));
+  }
+  return result;
+}
+
+bool IsEpochfsMount(const std::filesystem::path& mountpoint) {
+  std::error_code ec;
+  auto canonical = std::filesystem::weakly_canonical(mountpoint, ec);
+  const std::string want = ec ? mountpoint.string() : canonical.string();
+  // The last mount on a path is the one that is visible there.
+  std::string visible_type;
+  for (const auto& m : ReadMountTable()) {
+    if (m.mountpoint == want) visible_type = m.fstype;
+  }
+  return visible_type == kFsType;
+}
+
+}  // namespace epochfs::daemon

@@ -1,0 +1,29 @@
+// Reading /proc/self/mountinfo: which epochfs mounts exist, and where.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace epochfs::daemon {
+
+inline constexpr const char* kFsType = "fuse.epochfs";
+
+struct MountEntry {
+  std::string mountpoint;  // unescaped
+  std::string fstype;
+  std::string source;      // the "mount source" field (fsname)
+  std::string device;      // "major:minor" of the mounted filesystem
+};
+
+std::vector<MountEntry> ReadMountTable();
+// The epochfs mounts on this machine, in mount order.
+std::vector<MountEntry> EpochfsMounts();
+bool IsEpochfsMount(const std::filesystem::path& mountpoint);
+
+// Unescapes mountinfo's octal escapes (\040 for a space, ...).
+std::string UnescapeMountField(const std::string& field);
+
+}  // namespace epochfs::daemon
