@@ -46,34 +46,4 @@ std::string Status::ToString() const {
   return out;
 }
 
-int Status::DefaultErrno(Code code) {
-  switch (code) {
-    case Code::kOk:
-      return 0;
-    case Code::kNotFound:
-      return ENOENT;
-    case Code::kIoError:
-      return EIO;
-    case Code::kCorruption:
-      return EIO;  // the caller sees a failed read, not bad bytes
-    case Code::kNoSpace:
-      return ENOSPC;
-    case Code::kInvalidArgument:
-      return EINVAL;
-    case Code::kBusy:
-      return EAGAIN;
-    case Code::kStale:
-      return ESTALE;
-    case Code::kPermission:
-      return EACCES;
-    case Code::kUnsupported:
-      return ENOSYS;
-    case Code::kNoMemory:
-      return ENOMEM;
-    case Code::kDeviceError:
-      return EIO;
-  }
-  return EIO;
-}
-
 }  // namespace epochfs

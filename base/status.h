@@ -3,7 +3,7 @@
 // Every fallible operation below fs/ returns one of these instead of -1/errno, so
 // a failure carries what happened ("pack 12 offset 4096: checksum mismatch") up to
 // the layer that decides what to do about it. fs/ maps a Status to an errno in one
-// place (fs/errno_map.cc). No exceptions on the request path.
+// place (fs::ToErrno in fs/fuse_ops.cc). No exceptions on the request path.
 //
 // Thread-safety: values; safe to copy between threads.
 #pragma once
@@ -35,23 +35,23 @@ enum class Code {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  // `err` is the errno behind it; 0 picks the code's usual one.
+  // `err` is the errno behind it, if it came from one (0: none).
   Status(Code code, std::string msg, int err = 0)
-      : code_(code), err_(err != 0 ? err : DefaultErrno(code)), message_(std::move(msg)) {}
+      : code_(code), err_(err), message_(std::move(msg)) {}
   static Status Ok() { return Status(); }
   static Status NotFound(std::string msg) { return Status(Code::kNotFound, std::move(msg)); }
-  static Status IoError(std::string msg, int err = EIO) {
+  static Status IoError(std::string msg, int err = 0) {
     return Status(Code::kIoError, std::move(msg), err);
   }
   static Status Corruption(std::string msg) { return Status(Code::kCorruption, std::move(msg)); }
-  static Status NoSpace(std::string msg) { return Status(Code::kNoSpace, std::move(msg), ENOSPC); }
+  static Status NoSpace(std::string msg) { return Status(Code::kNoSpace, std::move(msg)); }
   static Status InvalidArgument(std::string msg) {
-    return Status(Code::kInvalidArgument, std::move(msg), EINVAL);
+    return Status(Code::kInvalidArgument, std::move(msg));
   }
-  static Status Busy(std::string msg) { return Status(Code::kBusy, std::move(msg), EAGAIN); }
-  static Status Stale(std::string msg) { return Status(Code::kStale, std::move(msg), ESTALE); }
+  static Status Busy(std::string msg) { return Status(Code::kBusy, std::move(msg)); }
+  static Status Stale(std::string msg) { return Status(Code::kStale, std::move(msg)); }
   static Status Unsupported(std::string msg) {
-    return Status(Code::kUnsupported, std::move(msg), ENOSYS);
+    return Status(Code::kUnsupported, std::move(msg));
   }
 
   // Maps an errno (positive) to the closest code and keeps the errno for fs/.
@@ -77,7 +77,7 @@ class [[nodiscard]] Status {
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
-  // The errno this status stands for (0 when ok). Used by fs/ only.
+  // The errno this status came from (0 when ok or when it did not come from one).
   int err() const { return err_; }
   const std::string& message() const { return message_; }
   std::string ToString() const;
@@ -86,8 +86,6 @@ class [[nodiscard]] Status {
   void IgnoreError() const {}
 
  private:
-  static int DefaultErrno(Code code);
-
   Code code_ = Code::kOk;
   int err_ = 0;
   std::string message_;

@@ -61,6 +61,10 @@ GROUPS = {
     "baselines": ("source-cold", "source-warm", "tmpfs", "small-source-cold", "small-source-warm", "small-tmpfs"),
 }
 
+# --baseline-epochfs runs each selected epochfs scenario again with a second binary
+# (an older build), right after the first, under the same name with "baseline".
+BASELINE_OF = {s: s.replace("epochfs-", "baseline-") for s in GROUPS["epochfs"]}
+
 DEFAULT_MERGERFS_OPTIONS = "cache.files=partial,cache.attr=60,cache.entry=60,cache.negative_entry=60"
 
 
@@ -93,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="scratch space on a real disk (images, cache dirs, mountpoints); emptied on exit")
     p.add_argument("--epochfs", default=None,
                    help="epochfs binary (default: build/cli/epochfs in the repo, else epochfs on PATH)")
+    p.add_argument("--baseline-epochfs", default=None, metavar="BINARY",
+                   help="a second epochfs binary (e.g. a build of an older commit), measured side by "
+                        "side: each selected epochfs scenario runs again with it as baseline-*")
     p.add_argument("--epochfs-ram", default="4G", help="epochfs --ram")
     p.add_argument("--epochfs-disk", default="16G", help="epochfs --disk")
     p.add_argument("--epochfs-log-level", default="warn", help="epochfs --log-level")
@@ -112,6 +119,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.selected = select_scenarios(args.scenarios)
     except ValueError as e:
         p.error(str(e))
+    if args.baseline_epochfs:
+        if not os.access(args.baseline_epochfs, os.X_OK):
+            p.error(f"--baseline-epochfs {args.baseline_epochfs}: not an executable file")
+        args.baseline_epochfs = os.path.abspath(args.baseline_epochfs)
+        args.selected += [BASELINE_OF[s] for s in args.selected if s in BASELINE_OF]
     if args.readers < 1 or args.epochs < 1 or args.files < 1 or args.small_files < 1:
         p.error("--readers, --epochs, --files and --small-files must be >= 1")
     return args
@@ -306,6 +318,8 @@ class Bench:
             if self.want(prefix + "tmpfs"):
                 self.run_tmpfs(src, prefix)
             self.run_epochfs(src, prefix)
+            if self.args.baseline_epochfs:
+                self.run_epochfs(src, prefix, family="baseline", binary=self.args.baseline_epochfs)
             if name == "main":
                 self.run_rclone(src)
                 self.run_mergerfs(src)
@@ -379,26 +393,28 @@ class Bench:
             return None
         return {"mount_s": round(time.monotonic() - t0, 3), "mount_source_ios": src.loop.read_ios() - ios0}
 
-    def run_epochfs(self, src: Source, prefix: str) -> None:
-        """epochfs over the slow source (the binary's own cache dir, fresh per data set)."""
-        names = [f"{prefix}epochfs-{s}" for s in ("e1", "warm", "restart")]
+    def run_epochfs(self, src: Source, prefix: str, family: str = "epochfs", binary: str | None = None) -> None:
+        """epochfs over the slow source (the binary's own cache dir, fresh per data set).
+        ``family`` "baseline" runs the --baseline-epochfs binary the same way."""
+        names = [f"{prefix}{family}-{s}" for s in ("e1", "warm", "restart")]
         if not self.want(*names):
             return
-        if self.epochfs_bin is None:
+        binary = binary or self.epochfs_bin
+        if binary is None:
             self.skip(names, src.name, f"epochfs binary not found ({self.epochfs_where}); build it or pass --epochfs")
             return
-        cache_dir = self.ws.path(f"cache-epochfs-{src.name}")
+        cache_dir = self.ws.path(f"cache-{family}-{src.name}")
 
         def make(tag: str) -> FuseMount:
-            fs = EpochfsMount(self.cleanup, self.cgroup, self.ws.path(f"mnt-epochfs-{src.name}"),
-                              self.ws.path(f"epochfs-{src.name}-{tag}.log"), binary=self.epochfs_bin,
+            fs = EpochfsMount(self.cleanup, self.cgroup, self.ws.path(f"mnt-{family}-{src.name}"),
+                              self.ws.path(f"{family}-{src.name}-{tag}.log"), binary=binary,
                               source=src.root, cache_dir=cache_dir, ram=self.args.epochfs_ram,
                               disk=self.args.epochfs_disk, log_level=self.args.epochfs_log_level,
                               extra=self.args.epochfs_arg)
-            self.commands["epochfs_mount"] = fs.command
+            self.commands[f"{family}_mount"] = fs.command
             return fs
         os.makedirs(cache_dir, exist_ok=True)
-        self.run_fuse(src, "epochfs", make, prefix=prefix)
+        self.run_fuse(src, family, make, prefix=prefix)
 
     def run_rclone(self, src: Source) -> None:
         """rclone's full VFS cache: epoch 1 fills its disk cache; after a restart it
@@ -448,7 +464,8 @@ class Bench:
                 "files": a.files, "small_files": a.small_files, "epochs": a.epochs, "iops": a.iops, "bps": a.bps,
                 "readers": a.readers, "classes": a.classes, "mean_size": a.mean_size,
                 "label_fraction": a.label_fraction, "seed": a.seed, "verify": a.verify, "quick": a.quick,
-                "scenarios": a.selected, "epochfs_binary": self.epochfs_bin, "epochfs_ram": a.epochfs_ram,
+                "scenarios": a.selected, "epochfs_binary": self.epochfs_bin,
+                "baseline_epochfs_binary": a.baseline_epochfs, "epochfs_ram": a.epochfs_ram,
                 "epochfs_disk": a.epochfs_disk, "mergerfs_options": a.mergerfs_options,
             },
             "commands": self.commands,

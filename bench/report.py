@@ -234,7 +234,7 @@ def write_json(path: str, doc: dict) -> None:
         f.write("\n")
 
 
-_FAMILY_COLORS = {"source": "#8c8c8c", "tmpfs": "#2ca02c", "epochfs": "#1f77b4",
+_FAMILY_COLORS = {"source": "#8c8c8c", "tmpfs": "#2ca02c", "epochfs": "#1f77b4", "baseline": "#aec7e8",
                   "rclone": "#ff7f0e", "mergerfs": "#9467bd"}
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchenv import parse_mountinfo  # noqa: E402
 from dataset import file_bytes, imagefolder_plan, materialize, small_plan  # noqa: E402
-from epoch_bench import ALL_SCENARIOS, select_scenarios  # noqa: E402
+from epoch_bench import ALL_SCENARIOS, parse_args, select_scenarios  # noqa: E402
 from fusemounts import status_delta  # noqa: E402
 from readers import EpochResult, ReadFailure, epoch_order, run_epoch, shard  # noqa: E402
 from report import Results, Row, format_table  # noqa: E402
@@ -98,6 +98,13 @@ class SelectionTest(unittest.TestCase):
         self.assertIn("rclone-restart", select_scenarios(["rclone"]))
         with self.assertRaises(ValueError):
             select_scenarios(["nope"])
+
+    def test_a_baseline_binary_mirrors_each_selected_epochfs_scenario(self):
+        args = parse_args(["--scenarios", "epochfs-warm,small-epochfs-restart,tmpfs",
+                           "--baseline-epochfs", sys.executable])
+        self.assertEqual(args.selected, ["tmpfs", "epochfs-warm", "small-epochfs-restart",
+                                         "baseline-warm", "small-baseline-restart"])
+        self.assertNotIn("baseline-warm", parse_args(["--scenarios", "epochfs-warm"]).selected)
 
 
 class MountinfoTest(unittest.TestCase):

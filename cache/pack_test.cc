@@ -227,7 +227,7 @@ TEST_F(PackTest, ScannerStopsAtBadHeader) {
 
 TEST_F(PackTest, FindEntriesInAWindowThatStartsMidEntry) {
   std::vector<Written> written = WritePack(5, 10);
-  std::string all = testing::ReadWholeFile(PackPath(5));
+  std::string all = testing::ReadFile(PackPath(5));
   // A window from the middle of entry 2 to the middle of entry 8.
   const uint64_t from = written[2].offset + 40;
   const uint64_t to = written[8].offset + 100;

@@ -549,17 +549,22 @@ const char* RequestKindName(RequestKind kind) {
 
 int ToErrno(const Status& status) {
   if (status.ok()) return 0;
-  if (status.err() > 0) return status.err();
+  if (status.err() > 0) return status.err();  // the source's own answer, kept as it was
   switch (status.code()) {
+    case Code::kOk: return 0;
     case Code::kNotFound: return ENOENT;
+    case Code::kIoError: return EIO;
+    case Code::kCorruption: return EIO;  // the caller sees a failed read, never bad bytes
     case Code::kNoSpace: return ENOSPC;
     case Code::kInvalidArgument: return EINVAL;
     case Code::kBusy: return EAGAIN;
     case Code::kStale: return ESTALE;
     case Code::kPermission: return EACCES;
     case Code::kUnsupported: return ENOSYS;
-    default: return EIO;
+    case Code::kNoMemory: return ENOMEM;
+    case Code::kDeviceError: return EIO;
   }
+  return EIO;
 }
 
 const struct fuse_lowlevel_ops& FuseOperations() {

@@ -24,7 +24,7 @@ TEST(ScanImageFolderTest, ClassFoldersBecomeSortedLabels) {
   auto ds = ScanImageFolder(dir.path());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->classes, (std::vector<std::string>{"ant", "cat", "dog", "empty"}));
-  const std::string r = dir.path() + "/";
+  const std::string r = dir.path().string() + "/";
   // sorted(os.walk()) order: a folder's files, then its sub-folders' by path.
   EXPECT_EQ(ds->files,
             (std::vector<std::string>{r + "ant/1.png", r + "cat/z.jpg", r + "cat/sub/y.jpg",
@@ -36,24 +36,24 @@ TEST(ScanImageFolderTest, FollowsSymlinkedClassFolders) {
   TempDir dir;
   dir.Write("elsewhere/f.bin", "f");
   dir.Mkdir("root");
-  ASSERT_EQ(::symlink((dir.path() + "/elsewhere").c_str(), (dir.path() + "/root/cls").c_str()), 0);
-  auto ds = ScanImageFolder(dir.path() + "/root");
+  ASSERT_EQ(::symlink((dir.path().string() + "/elsewhere").c_str(), (dir.path().string() + "/root/cls").c_str()), 0);
+  auto ds = ScanImageFolder(dir.path().string() + "/root");
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  EXPECT_EQ(ds->files, (std::vector<std::string>{dir.path() + "/root/cls/f.bin"}));
+  EXPECT_EQ(ds->files, (std::vector<std::string>{dir.path().string() + "/root/cls/f.bin"}));
 }
 
 TEST(ScanImageFolderTest, ErrorsNameTheFolder) {
   TempDir dir;
-  auto missing = ScanImageFolder(dir.path() + "/nope");
+  auto missing = ScanImageFolder(dir.path().string() + "/nope");
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
-  EXPECT_NE(missing.status().message().find(dir.path() + "/nope"), std::string::npos);
+  EXPECT_NE(missing.status().message().find(dir.path().string() + "/nope"), std::string::npos);
 
   dir.Write("flat.jpg", "x");
   auto flat = ScanImageFolder(dir.path());
   EXPECT_EQ(flat.status().code(), Code::kNotFound);
   EXPECT_NE(flat.status().message().find("no class folders"), std::string::npos);
 
-  auto file = ScanImageFolder(dir.path() + "/flat.jpg");
+  auto file = ScanImageFolder(dir.path().string() + "/flat.jpg");
   EXPECT_EQ(file.status().code(), Code::kInvalidArgument);
 }
 

@@ -224,7 +224,7 @@ TEST_P(LoaderTest, FixedSizeRecordsAreDense) {
 TEST_P(LoaderTest, MissingOrNonRegularFilesFailCreateByName) {
   Samples s(1, 4);
   auto o = Options(s, 2);
-  o.files[2] = s.dir.path() + "/missing.bin";
+  o.files[2] = s.dir.path().string() + "/missing.bin";
   auto missing = Loader::Create(o);
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
   EXPECT_NE(missing.status().message().find("missing.bin"), std::string::npos);
@@ -235,7 +235,7 @@ TEST_P(LoaderTest, MissingOrNonRegularFilesFailCreateByName) {
   EXPECT_NE(dir.status().message().find("a_directory"), std::string::npos);
   EXPECT_NE(dir.status().message().find("directory"), std::string::npos);
 
-  o.files[2] = s.dir.path() + "/fifo";
+  o.files[2] = s.dir.path().string() + "/fifo";
   ASSERT_EQ(::mkfifo(o.files[2].c_str(), 0600), 0);
   auto fifo = Loader::Create(o);
   EXPECT_EQ(fifo.status().code(), Code::kIoError);

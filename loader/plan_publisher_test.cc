@@ -34,7 +34,7 @@ TEST(PlanPublisherTest, FindsTheRootByWalkingUp) {
 TEST(PlanPublisherTest, NoRootOnAPlainFolder) {
   TempDir dir;
   dir.Mkdir("a/b");
-  EXPECT_EQ(FindEpochfsRoot(dir.path() + "/a/b"), "");
+  EXPECT_EQ(FindEpochfsRoot(dir.path().string() + "/a/b"), "");
   EXPECT_EQ(PlanPublisher::ForFiles({dir.Write("a/b/f", "x")}), nullptr);
 }
 
@@ -62,7 +62,7 @@ TEST(PlanPublisherTest, RelativeAndSymlinkedPathsResolveUnderTheRoot) {
   FakeMount m;
   std::string f = m.dir.Write("data/x.bin", "x");
   TempDir outside;
-  std::string link = outside.path() + "/link";
+  std::string link = outside.path().string() + "/link";
   ASSERT_EQ(::symlink((m.root + "/data").c_str(), link.c_str()), 0);
   // The folder given goes through a symlink from outside the mount.
   PlanPublisher pub(m.root, {link + "/x.bin", m.root + "/data/../data/x.bin"});

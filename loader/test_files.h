@@ -1,32 +1,21 @@
-// Test helpers for loader/ tests: a temporary folder of sample files, and counters of
-// the process's fds and threads for leak checks. Test-only; not in epochfs_loader.
+// Test helpers for loader/ tests: counters of the process's fds and threads for leak
+// checks (TempDir and file contents come from base/testing). Test-only; not in
+// epochfs_loader.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/testing/test_files.h"
+
 namespace epochfs::loader::testing {
 
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+using epochfs::testing::RandomBytes;
+using epochfs::testing::ReadFile;
+using epochfs::testing::TempDir;
+using epochfs::testing::WriteFile;
 
-  const std::string& path() const { return path_; }
-  // Writes `bytes` to path()/rel (parent folders created); returns the full path.
-  std::string Write(const std::string& rel, const std::string& bytes) const;
-  std::string Mkdir(const std::string& rel) const;
-
- private:
-  std::string path_;
-};
-
-std::string RandomBytes(size_t n, uint64_t seed);
-std::string ReadFile(const std::string& path);
-void WriteFile(const std::string& path, const std::string& bytes);
 // Entries in /proc/self/fd and /proc/self/task.
 int CountOpenFds();
 int CountThreads();

@@ -69,63 +69,6 @@ bool FuseAvailable() {
   return true;
 }
 
-std::string ReadFile(const fsys::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path.string() + ": " + strerror(errno));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteFile(const fsys::path& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string out(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return out;
-}
-
-std::string TextBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string out;
-  while (out.size() < n) out += "label," + std::to_string(rng() % 1000) + ",class_a\n";
-  out.resize(n);
-  return out;
-}
-
-bool IsMounted(const fsys::path& path) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  const std::string needle = " " + fsys::weakly_canonical(path).string() + " ";
-  while (std::getline(in, line)) {
-    if (line.find(needle) != std::string::npos) return true;
-  }
-  return false;
-}
-
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/epochfs-test-XXXXXX";
-  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  // Never recurse into a mount that is somehow still there.
-  for (const auto& entry : fsys::directory_iterator(path_, ec)) {
-    if (IsMounted(entry.path())) ::umount2(entry.path().c_str(), MNT_DETACH);
-  }
-  fsys::remove_all(path_, ec);
-}
-
 Mount::Mount(const fsys::path& source, const fsys::path& mountpoint, const fsys::path& cache_dir,
              const std::vector<std::string>& extra)
     : mountpoint_(mountpoint) {

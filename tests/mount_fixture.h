@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/testing/test_files.h"
 #include "nlohmann/json.hpp"
 
 namespace epochfs::testing {
@@ -33,25 +34,6 @@ bool FuseAvailable();
     if (!::epochfs::testing::FuseAvailable())                                           \
       GTEST_SKIP() << "/dev/fuse is missing or unusable: mount tests need FUSE (root)"; \
   } while (0)
-
-std::string ReadFile(const fsys::path& path);
-void WriteFile(const fsys::path& path, const std::string& data);
-// Deterministic pseudo-random bytes (incompressible, like JPEG).
-std::string RandomBytes(size_t n, uint64_t seed);
-// Compressible bytes (like CSV labels).
-std::string TextBytes(size_t n, uint64_t seed);
-bool IsMounted(const fsys::path& path);
-
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const fsys::path& path() const { return path_; }
-  fsys::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fsys::path path_;
-};
 
 // An epochfs mount that is unmounted when the guard goes.
 class Mount {

@@ -260,7 +260,7 @@ TEST_P(PrefetchTest, ReadaheadFromTheSourceStaysWithinItsBudget) {
 
 INSTANTIATE_TEST_SUITE_P(Consistency, PrefetchTest, ::testing::Values("notify", "open"));
 
-// Streaming the SSD tier (issue 10). A shuffled data set is read twice, the daemon
+// Streaming the SSD tier. A shuffled data set is read twice, the daemon
 // restarts, and the restarted daemon streams the SSD tier into RAM from mount on.
 class StreamTest : public PrefetchTest {
  protected:

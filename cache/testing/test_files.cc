@@ -17,31 +17,6 @@
 
 namespace epochfs::cache::testing {
 
-TempDir::TempDir() {
-  std::string tmpl = "/tmp/epochfs-cache-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
-void WriteFile(const std::filesystem::path& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(content.data(), static_cast<std::streamsize>(content.size()));
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-std::string ReadWholeFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 OpenSource OpenSourceFile(const std::filesystem::path& path) {
   OpenSource s;
   s.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -50,27 +25,6 @@ OpenSource OpenSourceFile(const std::filesystem::path& path) {
   if (::fstat(s.fd.get(), &st) != 0) throw std::runtime_error("cannot stat " + path.string());
   s.file = SourceFile{s.fd.get(), SourceIdentity::FromStat(st)};
   return s;
-}
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string out(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    for (size_t j = 0; j < 8 && i + j < n; ++j) out[i + j] = static_cast<char>(v >> (8 * j));
-  }
-  return out;
-}
-
-std::string TextBytes(size_t n, uint64_t seed) {
-  static const char* kWords[] = {"epoch ", "sample ",   "tensor ", "shuffle ",
-                                 "batch ", "gradient ", "loader ", "cache "};
-  std::mt19937_64 rng(seed);
-  std::string out;
-  out.reserve(n + 16);
-  while (out.size() < n) out += kWords[rng() % 8];
-  out.resize(n);
-  return out;
 }
 
 void WaitUntilFilesSettle() { std::this_thread::sleep_for(std::chrono::milliseconds(60)); }

@@ -43,7 +43,12 @@ namespace {
   if (type == PyExc_OSError || type == PyExc_FileNotFoundError) {
     // OSError(errno, message) so that e.errno works.
     // OSError(errno, ...) picks its subclass itself (e.g. IsADirectoryError).
-    PyObject* err = PyObject_CallFunction(type, "is", st.err(), st.message().c_str());
+    // A status that did not come from an errno still needs one for OSError.
+    const int errno_value = st.err() != 0                     ? st.err()
+                            : st.code() == Code::kNotFound ? ENOENT
+                            : st.code() == Code::kStale    ? ESTALE
+                                                           : EIO;
+    PyObject* err = PyObject_CallFunction(type, "is", errno_value, st.message().c_str());
     if (err == nullptr) throw py::error_already_set();
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err)), err);
     Py_DECREF(err);
