@@ -1,23 +1,18 @@
 #include "cli/config.h"
 
+#include <algorithm>
 #include <fstream>
-#include <functional>
-#include <map>
 #include <sstream>
 
+#include "cli/option_table.h"
 #include "fmt/format.h"
 #include "toml++/toml.h"
 
 namespace epochfs::cli {
 
-using daemon::Consistency;
 using daemon::MountOptions;
 using daemon::ParseSize;
-using fs::FuseTimeouts;
 namespace {
-
-// Why a value was refused; the caller adds file, line and key.
-using Setter = std::function<std::string(const toml::node&, MountOptions&)>;
 
 std::string TypeName(const toml::node& v) {
   switch (v.type()) {
@@ -38,140 +33,74 @@ std::string TypeName(const toml::node& v) {
   }
 }
 
-Setter String(std::function<std::string(const std::string&, MountOptions&)> set) {
-  return [set](const toml::node& v, MountOptions& o) -> std::string {
-    if (!v.is_string()) return fmt::format("expected a string, got {}", TypeName(v));
-    return set(*v.value<std::string>(), o);
-  };
-}
-
-Setter Path(std::filesystem::path MountOptions::*field) {
-  return String([field](const std::string& s, MountOptions& o) -> std::string {
-    if (s.empty()) return "expected a path, got an empty string";
-    o.*field = s;
-    return "";
-  });
-}
-
-Setter Bool(bool MountOptions::*field, bool invert = false) {
-  return [field, invert](const toml::node& v, MountOptions& o) -> std::string {
-    if (!v.is_boolean()) return fmt::format("expected true or false, got {}", TypeName(v));
-    o.*field = *v.value<bool>() != invert;
-    return "";
-  };
-}
-
-// A size: "8G"-style string, or a plain integer of bytes.
-// An integer in lo..hi (INT64_MAX: no upper bound).
-Setter Integer(int64_t lo, int64_t hi, std::function<void(int64_t, MountOptions&)> set) {
-  return [lo, hi, set](const toml::node& v, MountOptions& o) -> std::string {
-    if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
-    const int64_t n = *v.value<int64_t>();
-    if (n < lo || n > hi) {
-      return hi == INT64_MAX ? fmt::format("{} is below {}", n, lo)
-                             : fmt::format("{} is outside {}..{}", n, lo, hi);
-    }
-    set(n, o);
-    return "";
-  };
-}
-
-Setter Size(std::function<void(uint64_t, MountOptions&)> set) {
-  return [set](const toml::node& v, MountOptions& o) -> std::string {
-    if (v.is_integer()) {
-      const int64_t n = *v.value<int64_t>();
-      if (n < 0) return fmt::format("a size cannot be negative ({})", n);
-      set(static_cast<uint64_t>(n), o);
+// Reads `v` as the value of `row` into `out`; returns why it was refused ("" when it
+// was not). The caller adds file, line and key.
+std::string ParseTomlValue(const OptionRow& row, const toml::node& v, OptionValue& out) {
+  switch (row.type) {
+    case OptionType::kBool:
+      if (!v.is_boolean()) return fmt::format("expected true or false, got {}", TypeName(v));
+      out.boolean = *v.value<bool>();
+      return "";
+    case OptionType::kSize: {
+      if (v.is_integer()) {
+        const int64_t n = *v.value<int64_t>();
+        if (n < 0) return fmt::format("a size cannot be negative ({})", n);
+        out.number = static_cast<uint64_t>(n);
+      } else if (v.is_string()) {
+        auto bytes = ParseSize(*v.value<std::string>());
+        if (!bytes.ok()) return bytes.status().message();
+        out.number = *bytes;
+      } else {
+        return fmt::format("expected a size such as \"8G\" or a number of bytes, got {}",
+                           TypeName(v));
+      }
+      if (out.number < row.min || out.number > row.max) {
+        return fmt::format("{} is outside {}..{}", out.number, FormatSize(row.min),
+                           FormatSize(row.max));
+      }
       return "";
     }
-    if (!v.is_string()) {
-      return fmt::format("expected a size such as \"8G\" or a number of bytes, got {}",
-                         TypeName(v));
-    }
-    auto bytes = ParseSize(*v.value<std::string>());
-    if (!bytes.ok()) return bytes.status().message();
-    set(*bytes, o);
-    return "";
-  };
-}
-
-Setter Seconds(double FuseTimeouts::*field) {
-  return [field](const toml::node& v, MountOptions& o) -> std::string {
-    if (!v.is_number()) return fmt::format("expected a number of seconds, got {}", TypeName(v));
-    const double s = *v.value<double>();
-    if (!(s >= 0 && s <= 86400)) return fmt::format("{} is outside 0..86400 seconds", s);
-    o.timeouts.*field = s;
-    return "";
-  };
-}
-
-Setter OneOf(std::vector<std::string> allowed,
-             std::function<void(const std::string&, MountOptions&)> set) {
-  return String([allowed, set](const std::string& s, MountOptions& o) -> std::string {
-    for (const auto& a : allowed) {
-      if (a == s) {
-        set(s, o);
-        return "";
+    case OptionType::kInteger: {
+      if (!v.is_integer()) return fmt::format("expected an integer, got {}", TypeName(v));
+      const int64_t n = *v.value<int64_t>();
+      const auto lo = static_cast<int64_t>(row.min);
+      if (row.max == UINT64_MAX) {
+        if (n < lo) return fmt::format("{} is below {}", n, lo);
+      } else if (n < lo || static_cast<uint64_t>(n) > row.max) {
+        return fmt::format("{} is outside {}..{}", n, lo, row.max);
       }
+      out.number = static_cast<uint64_t>(n);
+      return "";
     }
-    return fmt::format("\"{}\" is not one of {}", s, fmt::join(allowed, ", "));
-  });
-}
-
-const std::map<std::string, Setter>& Setters() {
-  static const std::map<std::string, Setter> setters = {
-      {"source", Path(&MountOptions::source)},
-      {"mountpoint", Path(&MountOptions::mountpoint)},
-      {"cache_dir", Path(&MountOptions::cache_dir)},
-      {"log_file", Path(&MountOptions::log_file)},
-      {"ram", Size([](uint64_t n, MountOptions& o) { o.ram_budget = n; })},
-      {"disk", Size([](uint64_t n, MountOptions& o) {
-         o.disk_budget = n;
-         o.disk_budget_set = true;
-       })},
-      {"chunk_size",
-       [](const toml::node& v, MountOptions& o) -> std::string {
-         uint64_t n = 0;
-         std::string why = Size([&](uint64_t b, MountOptions&) { n = b; })(v, o);
-         if (!why.empty()) return why;
-         if (n < 4096 || n > (1u << 30)) return fmt::format("{} is outside 4K..1G", n);
-         o.chunk_size = static_cast<uint32_t>(n);
-         return "";
-       }},
-      {"readahead", Size([](uint64_t n, MountOptions& o) { o.readahead = n; })},
-      {"prefetch", Integer(0, 64, [](int64_t n, MountOptions& o) {
-         o.prefetch_threads = static_cast<uint32_t>(n);
-       })},
-      {"prefetch_iops", Integer(0, INT64_MAX, [](int64_t n, MountOptions& o) {
-         o.prefetch_iops = static_cast<uint64_t>(n);
-       })},
-      {"prefetch_pacing", Bool(&MountOptions::prefetch_pacing)},
-      {"prefetch_bandwidth", Size([](uint64_t n, MountOptions& o) { o.prefetch_bandwidth = n; })},
-      {"read_only", Bool(&MountOptions::read_only)},
-      {"allow_other", Bool(&MountOptions::allow_other)},
-      {"io_uring", Bool(&MountOptions::use_io_uring)},
-      {"log_level", OneOf({"trace", "debug", "info", "warn", "error", "off"},
-                          [](const std::string& s, MountOptions& o) { o.log_level = s; })},
-      {"consistency", OneOf({"auto", "open", "notify"},
-                            [](const std::string& s, MountOptions& o) {
-                              o.consistency = s == "open"     ? Consistency::kOpen
-                                              : s == "notify" ? Consistency::kNotify
-                                                              : Consistency::kAuto;
-                            })},
-      {"attr_timeout", Seconds(&FuseTimeouts::attr_s)},
-      {"entry_timeout", Seconds(&FuseTimeouts::entry_s)},
-      {"threads", Integer(1, 1024, [](int64_t n, MountOptions& o) {
-         o.max_threads = static_cast<unsigned>(n);
-       })},
-      {"metrics_listen", String([](const std::string& s, MountOptions& o) -> std::string {
-         if (s.find(':') == std::string::npos) return "expected HOST:PORT";
-         o.metrics_listen = s;
-         return "";
-       })},
-      {"metrics_allow_remote", Bool(&MountOptions::metrics_allow_remote)},
-      {"metrics_textfile", Path(&MountOptions::metrics_textfile)},
-  };
-  return setters;
+    case OptionType::kSeconds: {
+      if (!v.is_number()) return fmt::format("expected a number of seconds, got {}", TypeName(v));
+      const double s = *v.value<double>();
+      if (!(s >= 0 && s <= 86400)) return fmt::format("{} is outside 0..86400 seconds", s);
+      out.seconds = s;
+      return "";
+    }
+    case OptionType::kPath:
+    case OptionType::kOneOf:
+    case OptionType::kHostPort:
+      break;
+  }
+  if (!v.is_string()) return fmt::format("expected a string, got {}", TypeName(v));
+  out.text = *v.value<std::string>();
+  switch (row.type) {
+    case OptionType::kPath:
+      if (out.text.empty()) return "expected a path, got an empty string";
+      return "";
+    case OptionType::kOneOf:
+      if (std::find(row.choices.begin(), row.choices.end(), out.text) == row.choices.end()) {
+        return fmt::format("\"{}\" is not one of {}", out.text, fmt::join(row.choices, ", "));
+      }
+      return "";
+    case OptionType::kHostPort:
+      if (out.text.find(':') == std::string::npos) return "expected HOST:PORT";
+      return "";
+    default:
+      return "";
+  }
 }
 
 }  // namespace
@@ -179,7 +108,9 @@ const std::map<std::string, Setter>& Setters() {
 const std::set<std::string>& ConfigKeys() {
   static const std::set<std::string> keys = [] {
     std::set<std::string> k;
-    for (const auto& [name, setter] : Setters()) k.insert(name);
+    for (const OptionRow& row : MountOptionTable()) {
+      if (!row.toml_key.empty()) k.insert(row.toml_key);
+    }
     return k;
   }();
   return keys;
@@ -204,19 +135,20 @@ Status ApplyConfigText(const std::string& text, const std::string& filename, Mou
                                         : a.first.column < b.first.column;
   });
   for (const auto& [where, key] : keys) {
-    const auto& setters = Setters();
-    auto it = setters.find(key);
-    if (it == setters.end()) {
+    const OptionRow* row = FindByTomlKey(key);
+    if (row == nullptr) {
       return Status::InvalidArgument(fmt::format("{}:{}: key '{}': unknown key (known: {})",
                                                  filename, where.line, key,
                                                  fmt::join(ConfigKeys(), ", ")));
     }
     const toml::node& value = *table.get(key);
-    const std::string why = it->second(value, options);
+    OptionValue parsed;
+    const std::string why = ParseTomlValue(*row, value, parsed);
     if (!why.empty()) {
       return Status::InvalidArgument(
           fmt::format("{}:{}: key '{}': {}", filename, value.source().begin.line, key, why));
     }
+    row->apply(parsed, options);
     if (set_keys) set_keys->insert(key);
   }
   return Status::Ok();

@@ -1,5 +1,6 @@
 // The configuration file: `/etc/epochfs/<instance>.conf`, TOML, one key per mount
-// option (docs/operations.md lists them), read by `epochfs mount --config FILE`.
+// option (docs/operations.md lists them), read by `epochfs mount --config FILE`. The
+// keys, their types and their checks are the rows of cli/option_table.h.
 //
 // The file sets daemon::MountOptions; flags given on the command line are applied after it
 // and so override it. Every error names the file, the line and the key

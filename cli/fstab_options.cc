@@ -1,48 +1,37 @@
 #include "cli/fstab_options.h"
 
-#include <map>
 #include <set>
 
+#include "cli/option_table.h"
 #include "fmt/format.h"
 
 namespace epochfs::cli {
 namespace {
 
-// key=value options and the `epochfs mount` flag each becomes.
-const std::map<std::string, std::string>& ValueOptions() {
-  static const std::map<std::string, std::string> m = {
-      {"ram", "--ram"},
-      {"disk", "--disk"},
-      {"cache_dir", "--cache-dir"},
-      {"chunk_size", "--chunk-size"},
-      {"readahead", "--readahead"},
-      {"prefetch", "--prefetch"},
-      {"prefetch_iops", "--prefetch-iops"},
-      {"prefetch_bandwidth", "--prefetch-bandwidth"},
-      {"consistency", "--consistency"},
-      {"log_level", "--log-level"},
-      {"log_file", "--log-file"},
-      {"attr_timeout", "--attr-timeout"},
-      {"entry_timeout", "--entry-timeout"},
-      {"threads", "--threads"},
-      {"config", "--config"},
-      {"metrics_listen", "--metrics-listen"},
-      {"metrics_textfile", "--metrics-textfile"},
-  };
-  return m;
+// The table row with fstab name `key`, or null.
+const OptionRow* FindFstabOption(const std::string& key) {
+  for (const OptionRow& row : MountOptionTable()) {
+    for (const std::string& name : row.fstab_keys) {
+      if (name == key) return &row;
+    }
+  }
+  return nullptr;
 }
 
-// Options without a value.
-const std::map<std::string, std::string>& FlagOptions() {
-  static const std::map<std::string, std::string> m = {
-      {"ro", "--read-only"},
-      {"read_only", "--read-only"},
-      {"allow_other", "--allow-other"},
-      {"no_io_uring", "--no-io-uring"},
-      {"no_prefetch_pacing", "--no-prefetch-pacing"},
-      {"metrics_allow_remote", "--metrics-allow-remote"},
-  };
-  return m;
+// "ram=, disk=, ..., ro, allow_other, ...": what a person may write, for the refusal of
+// an unknown option.
+std::string FstabOptionList() {
+  std::vector<std::string> with_value, bare;
+  for (const OptionRow& row : MountOptionTable()) {
+    for (const std::string& name : row.fstab_keys) {
+      if (row.type == OptionType::kBool) {
+        bare.push_back(name);
+      } else {
+        with_value.push_back(name + "=");
+      }
+    }
+  }
+  return fmt::format("{}, {}", fmt::join(with_value, ", "), fmt::join(bare, ", "));
 }
 
 // mount(8)'s, systemd's and the VFS's business: fstab may carry them, epochfs has
@@ -113,36 +102,28 @@ Result<std::vector<std::string>> TranslateFstabOptions(const HelperInvocation& i
     const size_t eq = opt.find('=');
     const std::string key = opt.substr(0, eq);
     if (Ignored(key)) continue;
-    if (eq == std::string::npos) {
-      auto flag = FlagOptions().find(key);
-      if (flag != FlagOptions().end()) {
-        out.push_back(flag->second);
-        continue;
-      }
-      if (ValueOptions().count(key)) {
-        return Status::InvalidArgument(fmt::format("option '{}' needs a value ({}=...)", key, key));
-      }
-    } else {
-      auto value = ValueOptions().find(key);
-      if (value != ValueOptions().end()) {
-        const std::string v = opt.substr(eq + 1);
-        if (v.empty())
-          return Status::InvalidArgument(fmt::format("option '{}' has an empty value", key));
-        out.push_back(value->second);
-        out.push_back(v);
-        continue;
-      }
-      if (FlagOptions().count(key)) {
+    const OptionRow* row = FindFstabOption(key);
+    if (row != nullptr) {
+      const bool bare = row->type == OptionType::kBool;
+      if (bare && eq != std::string::npos) {
         return Status::InvalidArgument(fmt::format("option '{}' takes no value", key));
       }
+      if (!bare && eq == std::string::npos) {
+        return Status::InvalidArgument(fmt::format("option '{}' needs a value ({}=...)", key, key));
+      }
+      out.push_back(LongFlag(*row));
+      if (bare) continue;
+      // The value is handed on untouched: `epochfs mount` checks it.
+      const std::string value = opt.substr(eq + 1);
+      if (value.empty()) {
+        return Status::InvalidArgument(fmt::format("option '{}' has an empty value", key));
+      }
+      out.push_back(value);
+      continue;
     }
     if (inv.sloppy) continue;
     return Status::InvalidArgument(
-        fmt::format("unknown option '{}' (epochfs options: ram=, disk=, cache_dir=, chunk_size=, readahead=, "
-                    "prefetch=, prefetch_iops=, prefetch_bandwidth=, "
-                    "consistency=, log_level=, log_file=, attr_timeout=, entry_timeout=, threads=, "
-                    "config=, metrics_listen=, metrics_textfile=, ro, allow_other, no_io_uring, no_prefetch_pacing)",
-                    opt));
+        fmt::format("unknown option '{}' (epochfs options: {})", opt, FstabOptionList()));
   }
   return out;
 }

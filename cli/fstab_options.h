@@ -6,7 +6,8 @@
 // list mixing epochfs options (`ram=8G,cache_dir=/nvme/epochfs`) with options that are
 // mount(8)'s or systemd's business (`_netdev`, `nofail`, `x-systemd.*`, `defaults`),
 // which are ignored. Anything else is refused, unless sloppy (-s) is given, so that a
-// typo in fstab fails the mount instead of being dropped.
+// typo in fstab fails the mount instead of being dropped. Which options exist and the
+// flag each becomes are the rows of cli/option_table.h.
 //
 // Thread-safety: pure functions.
 #pragma once

@@ -19,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
 #include "cli/config.h"
+#include "cli/mount_flags.h"
 #include "daemon/journal_log.h"
 #include "daemon/metrics_server.h"
 #include "daemon/mount.h"
@@ -285,37 +286,7 @@ int CmdUmount(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
   return 0;
 }
 
-int CmdMount(daemon::MountOptions options, const std::string& ram, const std::string& disk,
-             const std::string& chunk, const std::string& readahead,
-             const std::string& prefetch_bandwidth) {
-  // An empty size string: not given on the command line (the config file's or the
-  // default value is in `options` already).
-  if (!ram.empty()) {
-    auto ram_bytes = daemon::ParseSize(ram);
-    if (!ram_bytes.ok()) return Refuse("--ram: " + ram_bytes.status().message());
-    options.ram_budget = *ram_bytes;
-  }
-  if (!disk.empty()) {
-    auto disk_bytes = daemon::ParseSize(disk);
-    if (!disk_bytes.ok()) return Refuse("--disk: " + disk_bytes.status().message());
-    options.disk_budget = *disk_bytes;
-    options.disk_budget_set = true;
-  }
-  if (!chunk.empty()) {
-    auto chunk_bytes = daemon::ParseSize(chunk);
-    if (!chunk_bytes.ok()) return Refuse("--chunk-size: " + chunk_bytes.status().message());
-    options.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(*chunk_bytes, 1u << 30));
-  }
-  if (!readahead.empty()) {
-    auto readahead_bytes = daemon::ParseSize(readahead);
-    if (!readahead_bytes.ok()) return Refuse("--readahead: " + readahead_bytes.status().message());
-    options.readahead = *readahead_bytes;
-  }
-  if (!prefetch_bandwidth.empty()) {
-    auto bytes = daemon::ParseSize(prefetch_bandwidth);
-    if (!bytes.ok()) return Refuse("--prefetch-bandwidth: " + bytes.status().message());
-    options.prefetch_bandwidth = *bytes;
-  }
+int CmdMount(daemon::MountOptions options) {
   if (!options.metrics_listen.empty()) {
     auto addr = daemon::ParseListenAddress(options.metrics_listen, options.metrics_allow_remote);
     if (!addr.ok()) return Refuse(addr.status().message());
@@ -342,65 +313,22 @@ int CmdMount(daemon::MountOptions options, const std::string& ram, const std::st
 
 // ---- Configuration file (cli/config.h): the file first, then the flags given. ----
 
-// Sets in `options` every value the command line did not give from the config file
-// (`path`; skipped when `if_exists` and it is missing). The size strings (`ram`, `chunk`,
-// `disk`, `readahead`) are cleared when not given, so CmdMount keeps the file's (or the
-// default) value.
-int ApplyConfig(CLI::App* mount, const std::string& path, bool if_exists,
-                daemon::MountOptions& options, std::string& ram, std::string& chunk,
-                std::string& disk, std::string& readahead, std::string& prefetch_bandwidth) {
-  auto given = [&](const char* name) { return mount->get_option(name)->count() > 0; };
-  daemon::MountOptions file = daemon::MountOptions();
-  std::set<std::string> keys;
-  if (!path.empty()) {
-    std::error_code ec;
-    if (!if_exists || fsys::exists(path, ec)) {
-      Status st = cli::ApplyConfigFile(path, file, &keys);
-      if (!st.ok()) return Refuse(st.message());
-    }
+// The options of `epochfs mount`: the defaults, then the config file (skipped when it
+// may be missing and is), then the flags given on the command line.
+int MountOptionsFromFileAndFlags(const cli::MountFlags& flags, daemon::MountOptions& options) {
+  options = daemon::MountOptions();
+  const std::string path = flags.ConfigPath();
+  std::error_code ec;
+  if (!path.empty() && (!flags.ConfigMayBeMissing() || fsys::exists(path, ec))) {
+    Status st = cli::ApplyConfigFile(path, options, nullptr);
+    if (!st.ok()) return Refuse(st.message());
   }
-  if (!given("SOURCE")) options.source = file.source;
-  if (!given("MOUNTPOINT")) options.mountpoint = file.mountpoint;
-  if (!given("--cache-dir")) options.cache_dir = file.cache_dir;
-  if (!given("--log-file")) options.log_file = file.log_file;
-  if (!given("--ram")) {
-    ram.clear();
-    options.ram_budget = file.ram_budget;
-  }
-  if (!given("--disk")) {
-    disk.clear();
-    options.disk_budget = file.disk_budget;
-    options.disk_budget_set = file.disk_budget_set;
-  }
-  if (!given("--chunk-size")) {
-    chunk.clear();
-    options.chunk_size = file.chunk_size;
-  }
-  if (!given("--readahead")) {
-    readahead.clear();
-    options.readahead = file.readahead;
-  }
-  if (!given("--prefetch-bandwidth")) {
-    prefetch_bandwidth.clear();
-    options.prefetch_bandwidth = file.prefetch_bandwidth;
-  }
-  if (!given("--prefetch")) options.prefetch_threads = file.prefetch_threads;
-  if (!given("--prefetch-iops")) options.prefetch_iops = file.prefetch_iops;
-  if (!given("--no-prefetch-pacing")) options.prefetch_pacing = file.prefetch_pacing;
-  if (!given("--read-only")) options.read_only = file.read_only;
-  if (!given("--allow-other")) options.allow_other = file.allow_other;
-  if (!given("--no-io-uring")) options.use_io_uring = file.use_io_uring;
-  if (!given("--log-level")) options.log_level = file.log_level;
-  if (!given("--consistency")) options.consistency = file.consistency;
-  if (!given("--attr-timeout")) options.timeouts.attr_s = file.timeouts.attr_s;
-  if (!given("--entry-timeout")) options.timeouts.entry_s = file.timeouts.entry_s;
-  if (!given("--threads")) options.max_threads = file.max_threads;
-  if (!given("--metrics-listen")) options.metrics_listen = file.metrics_listen;
-  if (!given("--metrics-allow-remote")) options.metrics_allow_remote = file.metrics_allow_remote;
-  if (!given("--metrics-textfile")) options.metrics_textfile = file.metrics_textfile;
+  // A missing SOURCE is reported before a bad flag value, as it always was.
+  Status given = flags.ApplyGiven(options);
   if (options.source.empty()) {
     return Refuse("mount needs a SOURCE (on the command line or as `source` in --config)");
   }
+  if (!given.ok()) return Refuse(given.message());
   return 0;
 }
 
@@ -413,82 +341,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("epochfs ") + EPOCHFS_VERSION);
   app.require_subcommand(1);
 
-  daemon::MountOptions mount_options;
-  std::string ram = "1G", disk, chunk = "1M", readahead = "1M", prefetch_bandwidth;
-  std::string source, mountpoint;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE, over itself unless MOUNTPOINT is given");
-  mount->add_option("SOURCE", source, "The data set folder (or `source` in --config)");
-  mount->add_option("MOUNTPOINT", mountpoint, "Where to mount (default: SOURCE itself)");
-  mount->add_option("--cache-dir", mount_options.cache_dir,
-                    "The SSD tier (default: /var/cache/epochfs/<source>-<hash>)");
-  mount->add_option("--ram", ram, "RAM tier budget, e.g. 8G")->capture_default_str();
-  mount->add_option("--disk", disk, "SSD tier budget, e.g. 200G (default: half the free space)");
-  mount->add_option("--chunk-size", chunk,
-                    "Files up to this size are cached whole; larger ones in chunks of it")
-      ->capture_default_str();
-  mount->add_option("--readahead", readahead,
-                    "Kernel readahead for the mount (0 keeps the kernel's default)")
-      ->capture_default_str();
-  mount->add_option("--prefetch", mount_options.prefetch_threads,
-                    "Files read ahead at once by the prefetcher (0: no readahead at all)")
-      ->check(CLI::Range(0u, 64u))
-      ->capture_default_str();
-  mount->add_option("--prefetch-iops", mount_options.prefetch_iops,
-                    "Most source reads per second readahead may use, leaving the rest to "
-                    "demand reads (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
-  bool no_prefetch_pacing = false;
-  mount->add_flag("--no-prefetch-pacing", no_prefetch_pacing,
-                  "Let readahead read the source as fast as it can, instead of pacing it below "
-                  "the rate at which its reads start to queue behind each other");
-  mount->add_option("--prefetch-bandwidth", prefetch_bandwidth,
-                    "Most source bytes per second readahead may use, e.g. 100M (default: no "
-                    "limit)");
-  mount->add_flag("-f,--foreground", mount_options.foreground, "Stay in the foreground");
-  mount->add_flag("--read-only", mount_options.read_only, "Refuse writes with EROFS");
-  mount->add_flag("--allow-other", mount_options.allow_other,
-                  "Let other users use the mount (permissions still apply)");
-  mount->add_option("--log-level", mount_options.log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
-      ->capture_default_str();
-  mount->add_option("--log-file", mount_options.log_file,
-                    "Log here (default: stderr in the foreground, CACHE_DIR/epochfs.log otherwise)");
-  mount->add_option("--attr-timeout", mount_options.timeouts.attr_s,
-                    "Seconds the kernel trusts attributes")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
-  mount->add_option("--entry-timeout", mount_options.timeouts.entry_s,
-                    "Seconds the kernel trusts names")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
-  mount->add_option("--threads", mount_options.max_threads, "Most FUSE worker threads")
-      ->check(CLI::Range(1u, 1024u))
-      ->capture_default_str();
-  std::string consistency = "auto";
-  mount->add_option("--consistency", consistency,
-                    "How changes made underneath reach readers: notify (inotify; no request "
-                    "per open), open (every open re-checks the source), auto (notify on local "
-                    "filesystems, open on network ones)")
-      ->check(CLI::IsMember({"auto", "open", "notify"}))
-      ->capture_default_str();
-  bool no_io_uring = false;
-  mount->add_flag("--no-io-uring", no_io_uring, "Read with pread instead of io_uring");
-
-  // ---- Configuration file and metrics options (cli/config.h, daemon/metrics_server.h). ----
-  std::string config_file, config_if_exists;
-  auto* config_option = mount->add_option(
-      "--config", config_file, "Read options from this TOML file; flags given here override it");
-  mount->add_option("--config-if-exists", config_if_exists,
-                    "Like --config, but a missing file is no error (what the systemd unit uses)")
-      ->excludes(config_option);
-  mount->add_option("--metrics-listen", mount_options.metrics_listen,
-                    "Serve Prometheus metrics at http://HOST:PORT/metrics (loopback only "
-                    "unless --metrics-allow-remote)");
-  mount->add_flag("--metrics-allow-remote", mount_options.metrics_allow_remote,
-                  "Allow a non-loopback --metrics-listen host");
-  mount->add_option("--metrics-textfile", mount_options.metrics_textfile,
-                    "Write Prometheus metrics to this file every 10 s (node-exporter textfile "
-                    "collector)");
+  // Every flag of `mount` comes from the option table (cli/option_table.h).
+  cli::MountFlags mount_flags(mount);
 
   cli::TopOptions top_options;
   std::string top_target;
@@ -498,7 +353,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
   top->add_flag("--once", top_options.once, "Draw one frame and exit");
-  // ---- end configuration file and metrics options ----
+  // ---- end epochfs top ----
 
   bool lazy = false;
   std::string umount_target;
@@ -540,21 +395,10 @@ int main(int argc, char** argv) {
   }
 
   if (*mount) {
-    mount_options.source = source;
-    mount_options.mountpoint = mountpoint;
-    mount_options.use_io_uring = !no_io_uring;
-    mount_options.prefetch_pacing = !no_prefetch_pacing;
-    mount_options.consistency = consistency == "open"     ? daemon::Consistency::kOpen
-                                : consistency == "notify" ? daemon::Consistency::kNotify
-                                                          : daemon::Consistency::kAuto;
-    // ---- configuration file: file values under the flags given ----
-    const bool if_exists = config_file.empty();
-    const int config_rc = ApplyConfig(mount, if_exists ? config_if_exists : config_file,
-                                      if_exists, mount_options, ram, chunk, disk, readahead,
-                                      prefetch_bandwidth);
+    daemon::MountOptions mount_options;
+    const int config_rc = MountOptionsFromFileAndFlags(mount_flags, mount_options);
     if (config_rc != 0) return config_rc;
-    // ---- end configuration file ----
-    return CmdMount(mount_options, ram, disk, chunk, readahead, prefetch_bandwidth);
+    return CmdMount(mount_options);
   }
   // ---- epochfs top ----
   if (*top) {

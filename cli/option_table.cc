@@ -1,0 +1,248 @@
+#include "cli/option_table.h"
+
+#include <algorithm>
+
+#include "fmt/format.h"
+
+namespace epochfs::cli {
+
+using daemon::Consistency;
+using daemon::MountOptions;
+
+namespace {
+
+using enum OptionType;
+
+std::vector<OptionRow> BuildTable() {
+  // Designated initializers keep each row readable: a field left out is "not on that
+  // surface" (an empty name) or "no default shown".
+  return {
+      {.flag = "SOURCE",
+       .toml_key = "source",
+       .type = kPath,
+       .help = "The data set folder (or `source` in --config)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.source = v.text; }},
+      {.flag = "MOUNTPOINT",
+       .toml_key = "mountpoint",
+       .type = kPath,
+       .help = "Where to mount (default: SOURCE itself)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.mountpoint = v.text; }},
+      {.flag = "--cache-dir",
+       .toml_key = "cache_dir",
+       .fstab_keys = {"cache_dir"},
+       .type = kPath,
+       .help = "The SSD tier (default: /var/cache/epochfs/<source>-<hash>)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.cache_dir = v.text; }},
+      {.flag = "--ram",
+       .toml_key = "ram",
+       .fstab_keys = {"ram"},
+       .type = kSize,
+       .help = "RAM tier budget, e.g. 8G",
+       .help_default = "1G",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.ram_budget = v.number; }},
+      {.flag = "--disk",
+       .toml_key = "disk",
+       .fstab_keys = {"disk"},
+       .type = kSize,
+       .help = "SSD tier budget, e.g. 200G (default: half the free space)",
+       .apply =
+           [](const OptionValue& v, MountOptions& o) {
+             o.disk_budget = v.number;
+             o.disk_budget_set = true;
+           }},
+      {.flag = "--chunk-size",
+       .toml_key = "chunk_size",
+       .fstab_keys = {"chunk_size"},
+       .type = kSize,
+       .min = 4096,
+       .max = 1u << 30,
+       .help = "Files up to this size are cached whole; larger ones in chunks of it",
+       .help_default = "1M",
+       // The clamp keeps a huge flag value from wrapping the 32-bit field.
+       .apply =
+           [](const OptionValue& v, MountOptions& o) {
+             o.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(v.number, 1u << 30));
+           }},
+      {.flag = "--readahead",
+       .toml_key = "readahead",
+       .fstab_keys = {"readahead"},
+       .type = kSize,
+       .help = "Kernel readahead for the mount (0 keeps the kernel's default)",
+       .help_default = "1M",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.readahead = v.number; }},
+      {.flag = "--prefetch",
+       .toml_key = "prefetch",
+       .fstab_keys = {"prefetch"},
+       .type = kInteger,
+       .min = 0,
+       .max = 64,
+       .help = "Files read ahead at once by the prefetcher (0: no readahead at all)",
+       .help_default = "4",
+       .apply =
+           [](const OptionValue& v, MountOptions& o) {
+             o.prefetch_threads = static_cast<uint32_t>(v.number);
+           }},
+      {.flag = "--prefetch-iops",
+       .toml_key = "prefetch_iops",
+       .fstab_keys = {"prefetch_iops"},
+       .type = kInteger,
+       .help = "Most source reads per second readahead may use, leaving the rest to demand "
+               "reads (0: no limit)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.prefetch_iops = v.number; }},
+      {.flag = "--no-prefetch-pacing",
+       .toml_key = "prefetch_pacing",
+       .fstab_keys = {"no_prefetch_pacing"},
+       .type = kBool,
+       .flag_turns_off = true,
+       .help = "Let readahead read the source as fast as it can, instead of pacing it below "
+               "the rate at which its reads start to queue behind each other",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.prefetch_pacing = v.boolean; }},
+      {.flag = "--prefetch-bandwidth",
+       .toml_key = "prefetch_bandwidth",
+       .fstab_keys = {"prefetch_bandwidth"},
+       .type = kSize,
+       .help = "Most source bytes per second readahead may use, e.g. 100M (default: no "
+               "limit)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.prefetch_bandwidth = v.number; }},
+      {.flag = "-f,--foreground",
+       .type = kBool,
+       .help = "Stay in the foreground",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.foreground = v.boolean; }},
+      {.flag = "--read-only",
+       .toml_key = "read_only",
+       .fstab_keys = {"read_only", "ro"},
+       .type = kBool,
+       .help = "Refuse writes with EROFS",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.read_only = v.boolean; }},
+      {.flag = "--allow-other",
+       .toml_key = "allow_other",
+       .fstab_keys = {"allow_other"},
+       .type = kBool,
+       .help = "Let other users use the mount (permissions still apply)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.allow_other = v.boolean; }},
+      {.flag = "--log-level",
+       .toml_key = "log_level",
+       .fstab_keys = {"log_level"},
+       .type = kOneOf,
+       .choices = {"trace", "debug", "info", "warn", "error", "off"},
+       .help = "trace, debug, info, warn, error",
+       .help_default = "info",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.log_level = v.text; }},
+      {.flag = "--log-file",
+       .toml_key = "log_file",
+       .fstab_keys = {"log_file"},
+       .type = kPath,
+       .help = "Log here (default: stderr in the foreground, CACHE_DIR/epochfs.log otherwise)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.log_file = v.text; }},
+      {.flag = "--attr-timeout",
+       .toml_key = "attr_timeout",
+       .fstab_keys = {"attr_timeout"},
+       .type = kSeconds,
+       .help = "Seconds the kernel trusts attributes",
+       .help_default = "60",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.timeouts.attr_s = v.seconds; }},
+      {.flag = "--entry-timeout",
+       .toml_key = "entry_timeout",
+       .fstab_keys = {"entry_timeout"},
+       .type = kSeconds,
+       .help = "Seconds the kernel trusts names",
+       .help_default = "60",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.timeouts.entry_s = v.seconds; }},
+      {.flag = "--threads",
+       .toml_key = "threads",
+       .fstab_keys = {"threads"},
+       .type = kInteger,
+       .min = 1,
+       .max = 1024,
+       .help = "Most FUSE worker threads",
+       .help_default = "16",
+       .apply =
+           [](const OptionValue& v, MountOptions& o) {
+             o.max_threads = static_cast<unsigned>(v.number);
+           }},
+      {.flag = "--consistency",
+       .toml_key = "consistency",
+       .fstab_keys = {"consistency"},
+       .type = kOneOf,
+       .choices = {"auto", "open", "notify"},
+       .help = "How changes made underneath reach readers: notify (inotify; no request per "
+               "open), open (every open re-checks the source), auto (notify on local "
+               "filesystems, open on network ones)",
+       .help_default = "auto",
+       .apply =
+           [](const OptionValue& v, MountOptions& o) {
+             o.consistency = v.text == "open"     ? Consistency::kOpen
+                             : v.text == "notify" ? Consistency::kNotify
+                                                  : Consistency::kAuto;
+           }},
+      {.flag = "--no-io-uring",
+       .toml_key = "io_uring",
+       .fstab_keys = {"no_io_uring"},
+       .type = kBool,
+       .flag_turns_off = true,
+       .help = "Read with pread instead of io_uring",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.use_io_uring = v.boolean; }},
+      // The file cannot name another file; fstab can name one.
+      {.flag = "--config",
+       .fstab_keys = {"config"},
+       .type = kPath,
+       .help = "Read options from this TOML file; flags given here override it"},
+      {.flag = "--config-if-exists",
+       .excludes = "--config",
+       .type = kPath,
+       .help = "Like --config, but a missing file is no error (what the systemd unit uses)"},
+      {.flag = "--metrics-listen",
+       .toml_key = "metrics_listen",
+       .fstab_keys = {"metrics_listen"},
+       .type = kHostPort,
+       .help = "Serve Prometheus metrics at http://HOST:PORT/metrics (loopback only unless "
+               "--metrics-allow-remote)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.metrics_listen = v.text; }},
+      {.flag = "--metrics-allow-remote",
+       .toml_key = "metrics_allow_remote",
+       .fstab_keys = {"metrics_allow_remote"},
+       .type = kBool,
+       .help = "Allow a non-loopback --metrics-listen host",
+       .apply =
+           [](const OptionValue& v, MountOptions& o) { o.metrics_allow_remote = v.boolean; }},
+      {.flag = "--metrics-textfile",
+       .toml_key = "metrics_textfile",
+       .fstab_keys = {"metrics_textfile"},
+       .type = kPath,
+       .help = "Write Prometheus metrics to this file every 10 s (node-exporter textfile "
+               "collector)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.metrics_textfile = v.text; }},
+  };
+}
+
+}  // namespace
+
+const std::vector<OptionRow>& MountOptionTable() {
+  static const std::vector<OptionRow> table = BuildTable();
+  return table;
+}
+
+const OptionRow* FindByTomlKey(const std::string& key) {
+  for (const OptionRow& row : MountOptionTable()) {
+    if (!row.toml_key.empty() && row.toml_key == key) return &row;
+  }
+  return nullptr;
+}
+
+std::string LongFlag(const OptionRow& row) {
+  const size_t comma = row.flag.rfind(',');
+  return comma == std::string::npos ? row.flag : row.flag.substr(comma + 1);
+}
+
+std::string FormatSize(uint64_t bytes) {
+  static const char kSuffixes[] = {'K', 'M', 'G', 'T'};
+  if (bytes == 0 || bytes % 1024 != 0) return fmt::format("{}", bytes);
+  int i = -1;
+  while (i < 3 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    i++;
+  }
+  return fmt::format("{}{}", bytes, kSuffixes[i]);
+}
+
+}  // namespace epochfs::cli
