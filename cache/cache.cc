@@ -541,4 +541,93 @@ Result<std::unique_ptr<Cache>> Cache::Open(const CacheOptions& options) {
   return OpenCacheWithIoEngine(options, NewIoEngine(options.use_io_uring));
 }
 
+void CacheStats::VisitCounters(const CounterVisitor& visit) const {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kGauge = CounterKind::kGauge;
+  constexpr auto kFlag = CounterKind::kFlag;
+  const char* hits = "Chunk reads served from a cache tier.";
+  const char* hit_bytes = "Bytes served from a cache tier.";
+  const char* tier_bytes = "Bytes held by a cache tier.";
+  const char* entries = "Entries held by a cache tier.";
+  const char* evictions = "Entries evicted from a cache tier.";
+  const std::string ram = "tier=\"ram\"", ssd = "tier=\"ssd\"";
+  visit({"ram_hits", hits, kCounter, "epochfs_cache_hits_total", ram}, ram_hits);
+  visit({"ssd_hits", hits, kCounter, "epochfs_cache_hits_total", ssd}, ssd_hits);
+  visit({"ram_hit_bytes", hit_bytes, kCounter, "epochfs_cache_hit_bytes_total", ram},
+        ram_hit_bytes);
+  visit({"ssd_hit_bytes", hit_bytes, kCounter, "epochfs_cache_hit_bytes_total", ssd},
+        ssd_hit_bytes);
+  visit({"misses", "Chunk reads no tier could serve.", kCounter, "epochfs_misses_total"}, misses);
+  visit({"miss_bytes", "Bytes of chunk reads no tier could serve.", kCounter,
+         "epochfs_miss_bytes_total"},
+        miss_bytes);
+  visit({"source_reads", "Reads issued to the source filesystem.", kCounter,
+         "epochfs_source_reads_total"},
+        source_reads);
+  visit({"source_bytes", "Bytes read from the source filesystem.", kCounter,
+         "epochfs_source_bytes_total"},
+        source_bytes);
+  visit({"ram_bytes", tier_bytes, kGauge, "epochfs_tier_bytes", ram}, ram_bytes);
+  visit({"ssd_bytes", tier_bytes, kGauge, "epochfs_tier_bytes", ssd}, ssd_bytes);
+  visit({"ram_entries", entries, kGauge, "epochfs_tier_entries", ram}, ram_entries);
+  visit({"ssd_entries", entries, kGauge, "epochfs_tier_entries", ssd}, ssd_entries);
+  visit({"ram_evictions", evictions, kCounter, "epochfs_evictions_total", ram}, ram_evictions);
+  visit({"ssd_evictions", evictions, kCounter, "epochfs_evictions_total", ssd}, ssd_evictions);
+  visit({"ssd_writes", "Entries written to the SSD tier.", kCounter, "epochfs_ssd_writes_total"},
+        ssd_writes);
+  visit({"ssd_write_bytes", "Bytes written to the SSD tier.", kCounter,
+         "epochfs_ssd_write_bytes_total"},
+        ssd_write_bytes);
+  visit({"ssd_writes_dropped", "SSD tier writes dropped (queue full, disk full or failing).",
+         kCounter, "epochfs_ssd_writes_dropped_total"},
+        ssd_writes_dropped);
+  visit({"packs", "Pack files in the SSD tier.", kGauge, "epochfs_packs"}, packs);
+  visit({"packs_reclaimed", "Pack files reclaimed.", kCounter, "epochfs_packs_reclaimed_total"},
+        packs_reclaimed);
+  visit({"stale_entries", "Cached entries dropped because the source file changed.", kCounter,
+         "epochfs_stale_entries_total"},
+        stale_entries);
+  visit({"corrupt_entries",
+         "Cached entries that failed their checksum (the source was served instead).", kCounter,
+         "epochfs_corrupt_entries_total"},
+        corrupt_entries);
+  visit({"not_admitted", "Reads not admitted to the cache.", kCounter,
+         "epochfs_not_admitted_total"},
+        not_admitted);
+  visit({"compressed_entries", "SSD entries stored lz4-compressed.", kGauge,
+         "epochfs_compressed_entries"},
+        compressed_entries);
+  visit({"ssd_read_around", "SSD entries moved to RAM next to one that was read.", kCounter},
+        ssd_read_around);
+  visit({"ssd_streamed", "SSD entries streamed into RAM ahead of the reader.", kCounter},
+        ssd_streamed);
+  visit({"ssd_stream_ios", "Reads issued to stream SSD entries into RAM.", kCounter},
+        ssd_stream_ios);
+  visit({"ssd_stream_bytes", "Bytes read to stream SSD entries into RAM.", kCounter},
+        ssd_stream_bytes);
+  visit({"index_dangling_records", "Index records without pack bytes, dropped at start-up.",
+         kGauge},
+        index_dangling_records);
+  visit({"index_rebuilt", "Whether the index was damaged and rebuilt at start-up.", kFlag},
+        index_rebuilt);
+  visit({"prefetch_from_ssd", "Chunks readahead brought into RAM from the SSD tier.", kCounter},
+        prefetch_from_ssd);
+  visit({"prefetch_from_source", "Chunks readahead read from the source.", kCounter},
+        prefetch_from_source);
+  visit({"prefetch_already_cached", "Chunks readahead found already in RAM.", kCounter},
+        prefetch_already_cached);
+  visit({"prefetch_bytes", "Bytes readahead read from the SSD tier or the source.", kCounter},
+        prefetch_bytes);
+  visit({"io_uring", "1 when reads use io_uring, 0 for the pread fallback.", kFlag,
+         "epochfs_io_uring"},
+        io_uring);
+  visit({"ssd_degraded",
+         "1 when the SSD tier is off (cache disk full or failing) and reads go to the source.",
+         kFlag, "epochfs_ssd_degraded"},
+        ssd_degraded);
+  visit({"ssd_degraded_reason", "Why the SSD tier is off; empty while it works.",
+         CounterKind::kText},
+        ssd_degraded_reason);
+}
+
 }  // namespace epochfs::cache

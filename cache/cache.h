@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "base/counters.h"
 #include "base/status.h"
 
 namespace epochfs::cache {
@@ -153,6 +154,10 @@ struct CacheStats {
   bool io_uring = false;         // whether the io_uring path is in use
   bool ssd_degraded = false;     // the SSD tier stopped writing (full or failing disk)
   std::string ssd_degraded_reason;
+
+  // Names each counter for the stats snapshot and Prometheus (base/counters.h).
+  // ssd_read_errors stays out: it is for tests and the log.
+  void VisitCounters(const CounterVisitor& visit) const;
 };
 
 class Cache {

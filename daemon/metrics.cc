@@ -1,11 +1,51 @@
 #include "daemon/metrics.h"
 
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "fmt/format.h"
+#include "fs/change_watcher.h"
+#include "fs/fuse_ops.h"
 
 namespace epochfs::daemon {
 namespace {
+
+// The exported families, in the order they are written (dashboards do not care, but
+// a diff of two scrapes reads better when it stays put). Which counters feed a family,
+// and its help and type, come from the counters themselves (CounterInfo::prometheus).
+constexpr const char* kFamilyOrder[] = {
+    "epochfs_uptime_seconds",
+    "epochfs_requests_total",
+    "epochfs_request_errors_total",
+    "epochfs_cache_hits_total",
+    "epochfs_cache_hit_bytes_total",
+    "epochfs_misses_total",
+    "epochfs_miss_bytes_total",
+    "epochfs_source_reads_total",
+    "epochfs_source_bytes_total",
+    "epochfs_tier_bytes",
+    "epochfs_tier_budget_bytes",
+    "epochfs_tier_entries",
+    "epochfs_evictions_total",
+    "epochfs_ssd_writes_total",
+    "epochfs_ssd_write_bytes_total",
+    "epochfs_ssd_writes_dropped_total",
+    "epochfs_packs",
+    "epochfs_packs_reclaimed_total",
+    "epochfs_stale_entries_total",
+    "epochfs_corrupt_entries_total",
+    "epochfs_not_admitted_total",
+    "epochfs_compressed_entries",
+    "epochfs_ssd_degraded",
+    "epochfs_io_uring",
+    "epochfs_inodes",
+    "epochfs_watched_dirs",
+    "epochfs_change_events_total",
+    "epochfs_watch_failures_total",
+    "epochfs_daemon_rss_bytes",
+    "epochfs_daemon_peak_rss_bytes",
+};
 
 struct Sample {
   std::string labels;  // extra labels, `tier="ram"`; empty for none
@@ -13,129 +53,28 @@ struct Sample {
 };
 
 struct Family {
-  const char* name;
-  const char* type;  // counter or gauge
-  const char* help;
+  std::string type;  // counter or gauge
+  std::string help;
   std::vector<Sample> samples;
 };
 
-std::vector<Family> Families(const nlohmann::json& stats) {
-  std::vector<Family> f = {
-      {"epochfs_uptime_seconds", "gauge", "Seconds since the daemon started.", {{"", "uptime_s"}}},
-      {"epochfs_request_errors_total",
-       "counter",
-       "FUSE requests answered with an error.",
-       {{"", "request_errors"}}},
-      {"epochfs_cache_hits_total",
-       "counter",
-       "Chunk reads served from a cache tier.",
-       {{"tier=\"ram\"", "ram_hits"}, {"tier=\"ssd\"", "ssd_hits"}}},
-      {"epochfs_cache_hit_bytes_total",
-       "counter",
-       "Bytes served from a cache tier.",
-       {{"tier=\"ram\"", "ram_hit_bytes"}, {"tier=\"ssd\"", "ssd_hit_bytes"}}},
-      {"epochfs_misses_total", "counter", "Chunk reads no tier could serve.", {{"", "misses"}}},
-      {"epochfs_miss_bytes_total",
-       "counter",
-       "Bytes of chunk reads no tier could serve.",
-       {{"", "miss_bytes"}}},
-      {"epochfs_source_reads_total",
-       "counter",
-       "Reads issued to the source filesystem.",
-       {{"", "source_reads"}}},
-      {"epochfs_source_bytes_total",
-       "counter",
-       "Bytes read from the source filesystem.",
-       {{"", "source_bytes"}}},
-      {"epochfs_tier_bytes",
-       "gauge",
-       "Bytes held by a cache tier.",
-       {{"tier=\"ram\"", "ram_bytes"}, {"tier=\"ssd\"", "ssd_bytes"}}},
-      {"epochfs_tier_budget_bytes",
-       "gauge",
-       "The budget of a cache tier.",
-       {{"tier=\"ram\"", "ram_budget_bytes"}, {"tier=\"ssd\"", "ssd_budget_bytes"}}},
-      {"epochfs_tier_entries",
-       "gauge",
-       "Entries held by a cache tier.",
-       {{"tier=\"ram\"", "ram_entries"}, {"tier=\"ssd\"", "ssd_entries"}}},
-      {"epochfs_evictions_total",
-       "counter",
-       "Entries evicted from a cache tier.",
-       {{"tier=\"ram\"", "ram_evictions"}, {"tier=\"ssd\"", "ssd_evictions"}}},
-      {"epochfs_ssd_writes_total",
-       "counter",
-       "Entries written to the SSD tier.",
-       {{"", "ssd_writes"}}},
-      {"epochfs_ssd_write_bytes_total",
-       "counter",
-       "Bytes written to the SSD tier.",
-       {{"", "ssd_write_bytes"}}},
-      {"epochfs_ssd_writes_dropped_total",
-       "counter",
-       "SSD tier writes dropped (queue full, disk full or failing).",
-       {{"", "ssd_writes_dropped"}}},
-      {"epochfs_packs", "gauge", "Pack files in the SSD tier.", {{"", "packs"}}},
-      {"epochfs_packs_reclaimed_total",
-       "counter",
-       "Pack files reclaimed.",
-       {{"", "packs_reclaimed"}}},
-      {"epochfs_stale_entries_total",
-       "counter",
-       "Cached entries dropped because the source file changed.",
-       {{"", "stale_entries"}}},
-      {"epochfs_corrupt_entries_total",
-       "counter",
-       "Cached entries that failed their checksum (the source was served instead).",
-       {{"", "corrupt_entries"}}},
-      {"epochfs_not_admitted_total",
-       "counter",
-       "Reads not admitted to the cache.",
-       {{"", "not_admitted"}}},
-      {"epochfs_compressed_entries",
-       "gauge",
-       "SSD entries stored lz4-compressed.",
-       {{"", "compressed_entries"}}},
-      {"epochfs_ssd_degraded",
-       "gauge",
-       "1 when the SSD tier is off (cache disk full or failing) and reads go to the source.",
-       {{"", "ssd_degraded"}}},
-      {"epochfs_io_uring",
-       "gauge",
-       "1 when reads use io_uring, 0 for the pread fallback.",
-       {{"", "io_uring"}}},
-      {"epochfs_inodes", "gauge", "Nodes the kernel holds references to.", {{"", "inodes"}}},
-      {"epochfs_watched_dirs",
-       "gauge",
-       "Source directories under an inotify watch.",
-       {{"", "watched_dirs"}}},
-      {"epochfs_change_events_total",
-       "counter",
-       "Changes seen in the source by inotify.",
-       {{"", "change_events"}}},
-      {"epochfs_watch_failures_total",
-       "counter",
-       "Directories that could not be watched.",
-       {{"", "watch_failures"}}},
-      {"epochfs_daemon_rss_bytes",
-       "gauge",
-       "Resident memory of the daemon.",
-       {{"", "daemon_rss_bytes"}}},
-      {"epochfs_daemon_peak_rss_bytes",
-       "gauge",
-       "Peak resident memory of the daemon.",
-       {{"", "daemon_peak_rss_bytes"}}},
-  };
-  // One sample per FUSE request kind, whatever kinds the daemon counts.
-  Family requests{"epochfs_requests_total", "counter", "FUSE requests by kind.", {}};
-  if (stats.contains("requests") && stats["requests"].is_object()) {
-    for (const auto& [kind, count] : stats["requests"].items()) {
-      requests.samples.push_back(
-          {fmt::format("kind=\"{}\"", EscapeLabelValue(kind)), "requests/" + kind});
-    }
+// The exported families by name, from every counter a snapshot can hold.
+std::map<std::string, Family> Families() {
+  std::map<std::string, Family> families;
+  VisitAllCounters([&](const CounterInfo& info, const CounterValue&) {
+    if (info.prometheus == nullptr) return;
+    Family& f = families[info.prometheus];
+    // A family's samples share its help and type (the tests check they agree).
+    f.type = info.kind == CounterKind::kCounter ? "counter" : "gauge";
+    f.help = info.help;
+    f.samples.push_back({info.labels, info.name});
+  });
+  // Samples by label: tier="ram" before tier="ssd", request kinds alphabetically.
+  for (auto& [name, f] : families) {
+    std::stable_sort(f.samples.begin(), f.samples.end(),
+                     [](const Sample& x, const Sample& y) { return x.labels < y.labels; });
   }
-  f.insert(f.begin() + 1, std::move(requests));
-  return f;
+  return families;
 }
 
 // The value of `key` ("a" or "a/b") as a Prometheus number, or "" when absent.
@@ -158,6 +97,81 @@ std::string Value(const nlohmann::json& stats, const std::string& key) {
 }
 
 }  // namespace
+
+void MountCounters::VisitCounters(const CounterVisitor& visit) const {
+  constexpr auto kText = CounterKind::kText;
+  constexpr auto kGauge = CounterKind::kGauge;
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kFlag = CounterKind::kFlag;
+  const char* budget = "The budget of a cache tier.";
+  visit({"version", "The daemon's version.", kText}, version);
+  visit({"pid", "The daemon's process id.", kGauge}, pid);
+  visit({"source", "The directory the mount serves.", kText}, source);
+  visit({"mountpoint", "Where it is mounted.", kText}, mountpoint);
+  visit({"cache_dir", "The cache directory (packs, index, epoch record).", kText}, cache_dir);
+  visit({"read_only", "Whether the mount refuses writes.", kFlag}, read_only);
+  visit({"consistency", "How changes to the source reach the kernel: open or notify.", kText},
+        consistency);
+  visit({"uptime_s", "Seconds since the daemon started.", kGauge, "epochfs_uptime_seconds"},
+        uptime_s);
+  static const fs::RequestCounters kNoRequests;
+  (requests ? *requests : kNoRequests).VisitCounters(visit);
+  cache.VisitCounters(visit);
+  visit({"ram_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ram\""},
+        ram_budget_bytes);
+  visit({"ram_tier_budget_bytes", "The part of --ram the RAM tier may fill.", kGauge},
+        ram_tier_budget_bytes);
+  visit({"ssd_write_queue_bytes", "The part of --ram for chunks on their way to the SSD tier.",
+         kGauge},
+        ssd_write_queue_bytes);
+  visit({"ssd_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ssd\""},
+        ssd_budget_bytes);
+  visit({"open_file_fds", "Source file descriptors held open.", kGauge}, open_file_fds);
+  visit({"open_file_fds_max", "The most source file descriptors held open at once.", kGauge},
+        open_file_fds_max);
+  visit({"open_file_fd_reopens", "Source files reopened after their fd was shared out.",
+         kCounter},
+        open_file_fd_reopens);
+  visit({"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}, inodes);
+  fs::ChangeWatcher::VisitCounters(watcher, visit);
+  if (prefetch) {
+    prefetch->VisitCounters(visit);
+    visit({"prefetch_threads", "Readahead threads (--prefetch).", kGauge}, prefetch_threads);
+    visit({"prefetch_iops_limit", "Readahead source reads per second allowed (0: no limit).",
+           kGauge},
+          prefetch_iops_limit);
+    visit({"prefetch_bandwidth_limit", "Readahead source bytes per second allowed (0: no limit).",
+           kGauge},
+          prefetch_bandwidth_limit);
+    visit({"prefetch_pacing", "Whether readahead is paced by the source's latency.", kFlag},
+          prefetch_pacing);
+  }
+  visit({"daemon_rss_bytes", "Resident memory of the daemon.", kGauge, "epochfs_daemon_rss_bytes"},
+        daemon_rss_bytes);
+  visit({"daemon_peak_rss_bytes", "Peak resident memory of the daemon.", kGauge,
+         "epochfs_daemon_peak_rss_bytes"},
+        daemon_peak_rss_bytes);
+}
+
+nlohmann::json StatsSnapshotJson(const MountCounters& counters) {
+  nlohmann::json j = nlohmann::json::object();
+  counters.VisitCounters([&](const CounterInfo& info, const CounterValue& value) {
+    nlohmann::json* slot = &j;
+    size_t start = 0;
+    for (size_t slash; (slash = info.name.find('/', start)) != std::string::npos;
+         start = slash + 1) {
+      slot = &(*slot)[info.name.substr(start, slash - start)];
+    }
+    std::visit([&](const auto& v) { (*slot)[info.name.substr(start)] = v; }, value);
+  });
+  return j;
+}
+
+void VisitAllCounters(const CounterVisitor& visit) {
+  MountCounters all;
+  all.prefetch.emplace();
+  all.VisitCounters(visit);
+}
 
 std::string ServiceStatusLine(const nlohmann::json& stats) {
   auto u = [&](const char* key) {
@@ -215,17 +229,20 @@ std::string PrometheusText(const nlohmann::json& stats) {
                      mount, EscapeLabelValue(stats.value("source", std::string())),
                      EscapeLabelValue(stats.value("version", std::string())),
                      EscapeLabelValue(stats.value("consistency", std::string())));
-  for (const Family& family : Families(stats)) {
+  static const std::map<std::string, Family> families = Families();
+  for (const char* name : kFamilyOrder) {
+    auto it = families.find(name);
+    if (it == families.end()) continue;
+    const Family& family = it->second;
     std::string lines;
     for (const Sample& s : family.samples) {
       const std::string v = Value(stats, s.key);
       if (v.empty()) continue;
-      lines += fmt::format("{}{{{}{}{}}} {}\n", family.name, mount, s.labels.empty() ? "" : ",",
+      lines += fmt::format("{}{{{}{}{}}} {}\n", name, mount, s.labels.empty() ? "" : ",",
                            s.labels, v);
     }
     if (lines.empty()) continue;
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", family.name, family.help, family.name,
-                       family.type);
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, family.help, name, family.type);
     out += lines;
   }
   return out;

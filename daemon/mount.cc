@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cache/cache.h"
@@ -47,8 +48,6 @@ using fs::ControlDir;
 using fs::FuseContext;
 using fs::KernelInvalidator;
 using fs::PlanFile;
-using fs::RequestKind;
-using fs::RequestKindName;
 using fs::SourceFs;
 using fs::SourceFsOptions;
 namespace {
@@ -65,8 +64,6 @@ std::pair<uint64_t, uint64_t> ResidentSetBytes() {
   return {rss, peak};
 }
 
-// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
-// exporter renders it as Prometheus text (daemon/metrics.h).
 // What the index (RocksDB) may hold in memory: its 8 MiB block cache and two 4 MiB
 // memtables (cache/index.cc).
 constexpr uint64_t kIndexMemoryBytes = 16ull << 20;
@@ -89,106 +86,47 @@ MemoryPlan PlanMemory(uint64_t ram) {
   return plan;
 }
 
+// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
+// exporter renders it as Prometheus text (daemon/metrics.h).
+MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                             const ChangeWatcher* watcher,
+                             std::chrono::steady_clock::time_point started) {
+  MountCounters c;
+  c.version = EPOCHFS_VERSION;
+  c.pid = static_cast<uint64_t>(::getpid());
+  c.source = options.source.string();
+  c.mountpoint = options.mountpoint.string();
+  c.cache_dir = options.cache_dir.string();
+  c.consistency = ConsistencyName(options.consistency);
+  c.read_only = options.read_only;
+  c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  c.requests = &ctx.counters;
+  c.cache = fs.cache().Stats();
+  const MemoryPlan memory = PlanMemory(options.ram_budget);
+  c.ram_budget_bytes = options.ram_budget;
+  c.ram_tier_budget_bytes = memory.ram_tier;
+  c.ssd_write_queue_bytes = memory.write_queue;
+  c.ssd_budget_bytes = options.disk_budget;
+  c.open_file_fds = fs.handle_fds().open();
+  c.open_file_fds_max = fs.handle_fds().max_open();
+  c.open_file_fd_reopens = fs.handle_fds().reopens();
+  c.inodes = fs.inode_count();
+  c.watcher = watcher;
+  if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
+    c.prefetch = prefetcher->Stats();
+    c.prefetch_threads = options.prefetch_threads;
+    c.prefetch_iops_limit = options.prefetch_iops;
+    c.prefetch_bandwidth_limit = options.prefetch_bandwidth;
+    c.prefetch_pacing = options.prefetch_pacing;
+  }
+  std::tie(c.daemon_rss_bytes, c.daemon_peak_rss_bytes) = ResidentSetBytes();
+  return c;
+}
+
 nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
                              const ChangeWatcher* watcher,
                              std::chrono::steady_clock::time_point started) {
-  const cache::CacheStats s = fs.cache().Stats();
-  nlohmann::json j;
-  j["version"] = EPOCHFS_VERSION;
-  j["pid"] = ::getpid();
-  j["source"] = options.source.string();
-  j["mountpoint"] = options.mountpoint.string();
-  j["cache_dir"] = options.cache_dir.string();
-  j["read_only"] = options.read_only;
-  j["uptime_s"] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  nlohmann::json requests = nlohmann::json::object();
-  for (size_t k = 0; k < static_cast<size_t>(RequestKind::kCount); k++) {
-    const auto kind = static_cast<RequestKind>(k);
-    requests[RequestKindName(kind)] = ctx.counters.count(kind);
-  }
-  j["requests"] = requests;
-  j["request_errors"] = ctx.counters.errors();
-  j["ram_hits"] = s.ram_hits;
-  j["ram_hit_bytes"] = s.ram_hit_bytes;
-  j["ssd_hits"] = s.ssd_hits;
-  j["ssd_hit_bytes"] = s.ssd_hit_bytes;
-  j["misses"] = s.misses;
-  j["miss_bytes"] = s.miss_bytes;
-  j["source_reads"] = s.source_reads;
-  j["source_bytes"] = s.source_bytes;
-  j["ram_bytes"] = s.ram_bytes;
-  j["ram_entries"] = s.ram_entries;
-  j["ram_budget_bytes"] = options.ram_budget;
-  j["ram_tier_budget_bytes"] = PlanMemory(options.ram_budget).ram_tier;
-  j["ssd_write_queue_bytes"] = PlanMemory(options.ram_budget).write_queue;
-  j["ram_evictions"] = s.ram_evictions;
-  j["ssd_bytes"] = s.ssd_bytes;
-  j["ssd_entries"] = s.ssd_entries;
-  j["ssd_budget_bytes"] = options.disk_budget;
-  j["ssd_evictions"] = s.ssd_evictions;
-  j["ssd_writes"] = s.ssd_writes;
-  j["ssd_write_bytes"] = s.ssd_write_bytes;
-  j["ssd_writes_dropped"] = s.ssd_writes_dropped;
-  j["packs"] = s.packs;
-  j["packs_reclaimed"] = s.packs_reclaimed;
-  j["stale_entries"] = s.stale_entries;
-  j["corrupt_entries"] = s.corrupt_entries;
-  j["open_file_fds"] = fs.handle_fds().open();
-  j["open_file_fds_max"] = fs.handle_fds().max_open();
-  j["open_file_fd_reopens"] = fs.handle_fds().reopens();
-  j["index_dangling_records"] = s.index_dangling_records;
-  j["index_rebuilt"] = s.index_rebuilt;
-  j["not_admitted"] = s.not_admitted;
-  j["compressed_entries"] = s.compressed_entries;
-  j["io_uring"] = s.io_uring;
-  j["ssd_degraded"] = s.ssd_degraded;
-  j["ssd_degraded_reason"] = s.ssd_degraded_reason;
-  j["inodes"] = fs.inode_count();
-  j["consistency"] = ConsistencyName(options.consistency);
-  j["watched_dirs"] = watcher ? watcher->watched() : 0;
-  j["change_events"] = watcher ? watcher->events() : 0;
-  j["watch_failures"] = watcher ? watcher->watch_failures() : 0;
-  j["identity_invalidations"] = watcher ? watcher->identity_invalidations() : 0;
-  // ---- prefetcher (issue #3) ----
-  j["prefetch_from_ssd"] = s.prefetch_from_ssd;
-  j["prefetch_from_source"] = s.prefetch_from_source;
-  j["prefetch_bytes"] = s.prefetch_bytes;
-  j["prefetch_already_cached"] = s.prefetch_already_cached;
-  j["ssd_streamed"] = s.ssd_streamed;
-  j["ssd_stream_ios"] = s.ssd_stream_ios;
-  j["ssd_stream_bytes"] = s.ssd_stream_bytes;
-  j["ssd_read_around"] = s.ssd_read_around;
-  if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
-    const prefetch::PrefetcherStats p = prefetcher->Stats();
-    j["pattern"] = prefetch::PatternName(p.pattern);
-    j["epoch"] = p.epoch;
-    j["epoch_accesses"] = p.epoch_accesses;
-    j["prefetched"] = p.prefetched;
-    j["prefetch_hits"] = p.prefetch_hits;
-    j["prefetch_refused"] = p.prefetch_refused;
-    j["prefetch_errors"] = p.prefetch_errors;
-    j["prefetch_source_reads"] = p.prefetch_source_reads;
-    j["prefetch_budget_wait_ms"] = p.budget_wait_ms;
-    j["prefetch_threads"] = options.prefetch_threads;
-    j["prefetch_iops_limit"] = options.prefetch_iops;
-    j["prefetch_bandwidth_limit"] = options.prefetch_bandwidth;
-    j["prefetch_pacing"] = options.prefetch_pacing;
-    j["prefetch_pace_reads_per_s"] = p.pace_reads_per_s;
-    j["prefetch_pace_slowdowns"] = p.pace_slowdowns;
-    j["source_base_latency_us"] = p.source_base_latency_us;
-    j["plans_published"] = p.plans_published;
-    j["plan_entries"] = p.plan_entries;
-    j["plan_position"] = p.plan_position;
-    j["readahead_window"] = p.readahead_window;
-    j["access_rate"] = p.access_rate;
-    j["plan_fingerprint"] = fmt::format("{:016x}", p.plan_fingerprint);
-  }
-  // ---- end prefetcher ----
-  const auto [rss, peak] = ResidentSetBytes();
-  j["daemon_rss_bytes"] = rss;
-  j["daemon_peak_rss_bytes"] = peak;
-  return j;
+  return StatsSnapshotJson(GatherCounters(options, ctx, fs, watcher, started));
 }
 
 std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,

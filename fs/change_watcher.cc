@@ -178,4 +178,23 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
   }
 }
 
+void ChangeWatcher::VisitCounters(const ChangeWatcher* watcher, const CounterVisitor& visit) {
+  auto value = [&](uint64_t (ChangeWatcher::*get)() const) -> uint64_t {
+    return watcher ? (watcher->*get)() : 0;
+  };
+  visit({"watched_dirs", "Source directories under an inotify watch.", CounterKind::kGauge,
+         "epochfs_watched_dirs"},
+        value(&ChangeWatcher::watched));
+  visit({"change_events", "Changes seen in the source by inotify.", CounterKind::kCounter,
+         "epochfs_change_events_total"},
+        value(&ChangeWatcher::events));
+  visit({"watch_failures", "Directories that could not be watched.", CounterKind::kCounter,
+         "epochfs_watch_failures_total"},
+        value(&ChangeWatcher::watch_failures));
+  visit({"identity_invalidations",
+         "Nodes dropped from the kernel after an identity check found them changed.",
+         CounterKind::kCounter},
+        value(&ChangeWatcher::identity_invalidations));
+}
+
 }  // namespace epochfs::fs

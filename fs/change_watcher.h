@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/counters.h"
 #include "base/unique_fd.h"
 #include "fs/inode_table.h"
 
@@ -59,6 +60,11 @@ class ChangeWatcher {
   uint64_t watched() const;
   uint64_t events() const { return events_.load(std::memory_order_relaxed); }
   uint64_t watch_failures() const { return watch_failures_.load(std::memory_order_relaxed); }
+
+  // Names the counters above (base/counters.h). `watcher` may be null (another
+  // consistency mode, or inotify unavailable): the counters are then 0, so the stats
+  // keep the same keys in every mode.
+  static void VisitCounters(const ChangeWatcher* watcher, const CounterVisitor& visit);
 
  private:
   ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,

@@ -608,4 +608,17 @@ const struct fuse_lowlevel_ops& FuseOperations() {
   return ops;
 }
 
+void RequestCounters::VisitCounters(const CounterVisitor& visit) const {
+  for (size_t k = 0; k < static_cast<size_t>(RequestKind::kCount); k++) {
+    const auto kind = static_cast<RequestKind>(k);
+    visit({std::string("requests/") + RequestKindName(kind), "FUSE requests by kind.",
+           CounterKind::kCounter, "epochfs_requests_total",
+           std::string("kind=\"") + RequestKindName(kind) + "\""},
+          count(kind));
+  }
+  visit({"request_errors", "FUSE requests answered with an error.", CounterKind::kCounter,
+         "epochfs_request_errors_total"},
+        errors());
+}
+
 }  // namespace epochfs::fs

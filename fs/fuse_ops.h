@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/counters.h"
 #include "base/status.h"
 #include "fs/change_watcher.h"
 #include "fs/control.h"
@@ -55,6 +56,9 @@ class RequestCounters {
     return counts_[static_cast<size_t>(kind)].load(std::memory_order_relaxed);
   }
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
+
+  // One counter per kind ("requests/lookup"), then the errors (base/counters.h).
+  void VisitCounters(const CounterVisitor& visit) const;
 
  private:
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RequestKind::kCount)> counts_{};

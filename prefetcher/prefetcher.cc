@@ -1,6 +1,7 @@
 // The Prefetcher (see prefetcher.h for the algorithm).
 #include "prefetcher/prefetcher.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
@@ -659,6 +660,45 @@ std::unique_ptr<Prefetcher> Prefetcher::Create(PrefetcherOptions options, cache:
 
 uint64_t PlanFingerprint(const std::vector<std::string>& paths) {
   return Fingerprint(paths, [](const std::string& p) -> const std::string& { return p; });
+}
+
+void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kGauge = CounterKind::kGauge;
+  visit({"pattern", "The access pattern readahead detected.", CounterKind::kText},
+        std::string(PatternName(pattern)));
+  visit({"epoch", "Epochs started since mount (0 = the first).", kGauge}, epoch);
+  visit({"epoch_accesses", "Files accessed in the current epoch.", kGauge}, epoch_accesses);
+  visit({"prefetched", "Files prefetched with at least one chunk now in RAM.", kGauge},
+        prefetched);
+  visit({"prefetch_hits", "Accesses to files that readahead had brought in.", kCounter},
+        prefetch_hits);
+  visit({"prefetch_refused", "Readahead candidates the RAM policy would refuse.", kCounter},
+        prefetch_refused);
+  visit({"prefetch_errors", "Readahead candidates that could not be opened or read.", kCounter},
+        prefetch_errors);
+  visit({"prefetch_source_reads", "Chunks readahead read from the source.", kCounter},
+        prefetch_source_reads);
+  visit({"prefetch_budget_wait_ms", "Milliseconds readahead waited for the source budget.",
+         kCounter},
+        budget_wait_ms);
+  visit({"prefetch_pace_reads_per_s", "The pacer's current rate (0: not pacing).", kGauge},
+        pace_reads_per_s);
+  visit({"prefetch_pace_slowdowns", "Times the pacer saw reads queue and slowed down.",
+         kCounter},
+        pace_slowdowns);
+  visit({"source_base_latency_us", "The lowest recent readahead source read, in us.", kGauge},
+        source_base_latency_us);
+  visit({"plans_published", "Read plans written to .epochfs/plan.", kCounter}, plans_published);
+  visit({"plan_entries", "Entries of the current plan.", kGauge}, plan_entries);
+  visit({"plan_position", "Furthest plan entry read so far.", kGauge}, plan_position);
+  visit({"readahead_window", "Files read ahead of the reader.", kGauge},
+        uint64_t{readahead_window});
+  visit({"access_rate", "Files first read per second, smoothed.", kGauge}, access_rate);
+  // Hex text: many JSON readers hold numbers as doubles, which lose bits above 2^53.
+  visit({"plan_fingerprint", "XXH3-64 of the current plan's paths (0: no plan).",
+         CounterKind::kText},
+        fmt::format("{:016x}", plan_fingerprint));
 }
 
 }  // namespace epochfs::prefetch

@@ -48,6 +48,7 @@
 
 #include "cache/cache.h"
 #include "cache/eviction.h"
+#include "base/counters.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "prefetcher/source_pacer.h"
@@ -145,6 +146,10 @@ struct PrefetcherStats {
   // XXH3-64 of the current plan's paths, each followed by '\n', in plan order (0: no
   // plan): lets a publisher check that the mount got exactly the order it sent.
   uint64_t plan_fingerprint = 0;
+
+  // Names each counter for the stats snapshot (base/counters.h); none is exported to
+  // Prometheus.
+  void VisitCounters(const CounterVisitor& visit) const;
 };
 
 // The fingerprint of a list of paths, as PrefetcherStats::plan_fingerprint computes it.

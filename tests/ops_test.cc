@@ -540,6 +540,33 @@ TEST_F(OpsTest, TopOnceShowsTheMount) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
+// Paths are bytes, not UTF-8. The stats are JSON, which must be UTF-8, and are made
+// inside a FUSE READ of .epochfs/stats: a source path or file name with invalid bytes
+// must give stats with U+FFFD in their place, never an exception in the daemon.
+TEST_F(OpsTest, NonUtf8SourcePathAndFileNamesStillGiveStatsAndStatus) {
+  const fsys::path source = dir_ / "src-\xff\xfe";
+  fsys::create_directories(source);
+  WriteFile(source / "\xff\xfe.jpg", "not a jpeg\n");
+  AgeFile(source / "\xff\xfe.jpg", 3600);
+  Mount m(source, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  ASSERT_EQ(ReadFile(mnt_ / "\xff\xfe.jpg"), "not a jpeg\n");
+  const nlohmann::json stats = m.Stats();  // parse() throws on bytes that are not UTF-8
+  const std::string source_in_stats = stats.value("source", "");
+  EXPECT_NE(source_in_stats.find("src-\xEF\xBF\xBD\xEF\xBF\xBD"), std::string::npos)
+      << source_in_stats;
+  EXPECT_EQ(stats.value("source_bytes", 0u), 11u) << stats.dump(-1, ' ', true);
+  const CommandResult table = Epochfs({"status", mnt_.string()});
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("RAM hits"), std::string::npos) << table.output;
+  const CommandResult json = Epochfs({"status", "--json", mnt_.string()});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_EQ(nlohmann::json::parse(json.output).value("pid", 0), stats.value("pid", 0));
+  // The daemon is still there to answer.
+  EXPECT_EQ(ReadFile(mnt_ / "\xff\xfe.jpg"), "not a jpeg\n");
+  EXPECT_TRUE(m.Unmount());
+}
+
 TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
   CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(),
                              "--ram", "64M", "--disk", "256M"});
