@@ -314,9 +314,7 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   std::shared_ptr<prefetch::SourcePacer> pacer;
   if (options.prefetch_pacing && options.prefetch_threads > 0) {
     pacer = std::make_shared<prefetch::SourcePacer>(static_cast<double>(options.prefetch_iops));
-    cache_options.on_demand_source_read = [pacer](std::chrono::steady_clock::duration took) {
-      pacer->OnDemandRead(took);
-    };
+    cache_options.demand_observer = pacer.get();
   }
   // ---- end prefetcher ----
   auto cache = cache::Cache::Open(cache_options);

@@ -116,7 +116,7 @@ struct PrefetcherOptions {
   uint64_t source_bytes_per_s = 0;
   // Paces readahead's source reads so that demand reads do not queue behind them
   // (source_pacer.h); null: no pacing. Give the cache the same pacer's OnDemandRead as
-  // CacheOptions::on_demand_source_read: late demand reads are its signal. Not applied
+  // CacheOptions::demand_observer: late demand reads are its signal. Not applied
   // while a plan is followed (readahead then reads exactly what is read next).
   std::shared_ptr<SourcePacer> pacer;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
