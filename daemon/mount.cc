@@ -30,6 +30,7 @@
 #include "daemon/metrics_server.h"
 #include "daemon/mount_table.h"
 #include "fs/plan_file.h"
+#include "fs/root_source_tree.h"
 #include "daemon/service_notify.h"
 #include "fs/source_fs.h"
 #include "nlohmann/json.hpp"
@@ -320,24 +321,11 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   auto cache = cache::Cache::Open(cache_options);
   if (!cache.ok()) return fail(cache.status());
 
-  SourceFsOptions fs_options;
-  fs_options.read_only = options.read_only;
-  fs_options.hidden_root_name = ControlDir::kDirName;
-  auto fs = SourceFs::Create(std::move(root_fd), fs_options, std::move(*cache));
-  if (!fs.ok()) return fail(fs.status());
-
   // ---- prefetcher (issue #3) ----
+  UniqueFd tree_fd(::fcntl(root_fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!tree_fd) return fail(Status::FromErrno(errno, "dup source fd"));
+  fs::RootSourceTree source_tree(std::move(tree_fd));
   prefetch::PrefetcherOptions prefetch_options;
-  SourceFs* source_fs = fs->get();
-  prefetch_options.open = [source_fs](const std::string& path) {
-    return source_fs->OpenRelative(path);
-  };
-  prefetch_options.stat = [source_fs](const std::string& path) {
-    return source_fs->StatRelative(path);
-  };
-  prefetch_options.list_dir = [source_fs](const std::string& dir) {
-    return source_fs->ListRelativeDir(dir);
-  };
   // --prefetch 0 keeps the epoch-aware policy and the plan file but reads nothing ahead.
   prefetch_options.threads = options.prefetch_threads;
   prefetch_options.source_reads_per_s = options.prefetch_iops;
@@ -347,10 +335,15 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = memory.ram_tier;
   prefetch_options.chunk_size = options.chunk_size;
-  auto prefetcher =
-      prefetch::Prefetcher::Create(std::move(prefetch_options), &(*fs)->cache(), ram_policy);
-  (*fs)->SetPrefetcher(prefetcher.get());
-  PlanFile plan_file(source_fs, prefetcher.get());
+  auto prefetcher = prefetch::Prefetcher::Create(std::move(prefetch_options), source_tree,
+                                                 cache->get(), ram_policy);
+
+  SourceFsOptions fs_options;
+  fs_options.read_only = options.read_only;
+  fs_options.hidden_root_name = ControlDir::kDirName;
+  auto fs = SourceFs::Create(std::move(root_fd), fs_options, **cache, prefetcher.get());
+  if (!fs.ok()) return fail(fs.status());
+  PlanFile plan_file(fs->get(), prefetcher.get());
   // ---- end prefetcher ----
 
   FuseContext ctx;
@@ -400,7 +393,6 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
     auto started_watcher = ChangeWatcher::Start((*fs)->inodes(), invalidator);
     if (started_watcher.ok()) {
       watcher = std::move(*started_watcher);
-      (*fs)->SetChangeWatcher(watcher.get());
     } else {
       spdlog::warn("cannot watch the source for changes ({}); using --consistency=open",
                    started_watcher.status().ToString());
@@ -409,7 +401,9 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
     }
   }
   ctx.kernel_asks_to_open = options.consistency == Consistency::kOpen;
-  if (ctx.kernel_asks_to_open) (*fs)->SetKernelInvalidator(&invalidator);
+  // The watcher and the invalidator need the session, which needs the SourceFs: the one
+  // link made after construction.
+  (*fs)->AttachKernel(watcher.get(), ctx.kernel_asks_to_open ? &invalidator : nullptr);
 
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
 
@@ -491,16 +485,15 @@ int RunMount(const MountOptions& opts, const std::function<void(const Status&)>&
   exporter.reset();
 
   // The watcher notifies through the session: stop it first.
-  (*fs)->SetChangeWatcher(nullptr);
-  (*fs)->SetKernelInvalidator(nullptr);
+  (*fs)->AttachKernel(nullptr, nullptr);
   watcher.reset();
   fuse_session_unmount(session.get());
   fuse_remove_signal_handlers(session.get());
   session.reset();
   // prefetcher (issue #3): its workers stop before the cache flushes.
-  (*fs)->SetPrefetcher(nullptr);
+  fs->reset();
   prefetcher.reset();
-  Status flushed = (*fs)->cache().Flush();
+  Status flushed = (*cache)->Flush();
   if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
   spdlog::info("unmounted {}", options.mountpoint.string());
   spdlog::default_logger()->flush();
