@@ -102,7 +102,7 @@ struct PrefetcherOptions {
   uint64_t source_reads_per_s = 0;
   uint64_t source_bytes_per_s = 0;
   // Paces readahead's source reads so that demand reads do not queue behind them
-  // (source_pacer.h); null: no pacing. Give the cache the same pacer's OnDemandRead as
+  // (source_pacer.h); null: no pacing. Give the cache the same pacer as its
   // CacheOptions::demand_observer: late demand reads are its signal. Not applied
   // while a plan is followed (readahead then reads exactly what is read next).
   std::shared_ptr<SourcePacer> pacer;
