@@ -200,10 +200,10 @@ Result<ReadBuffer> CacheImpl::Read(const SourceFile& file, uint64_t offset, size
     Status filled = FillFromBelow(file, first, missing, pieces);
     demand_fills_.fetch_sub(1, std::memory_order_relaxed);
     EPOCHFS_RETURN_IF_ERROR(filled);
-    if (options_.on_demand_source_read &&
+    if (options_.demand_observer != nullptr &&
         std::any_of(missing.begin(), missing.end(),
                     [&](size_t i) { return pieces[i].tier == Tier::kSource; })) {
-      options_.on_demand_source_read(std::chrono::steady_clock::now() - started);
+      options_.demand_observer->OnDemandSourceRead(std::chrono::steady_clock::now() - started);
     }
   }
   return Assemble(offset, end, first, file, pieces);

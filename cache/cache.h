@@ -82,6 +82,16 @@ struct ReadBuffer {
   Tier tier = Tier::kSource;  // the slowest tier any part of the read came from
 };
 
+// Watches demand reads (Read(), not Prefetch()) that had to read the source: the
+// prefetcher's pacer (prefetcher/source_pacer.h) slows readahead when they come late.
+class DemandObserver {
+ public:
+  virtual ~DemandObserver() = default;
+  // Filling a demand read from the source took `took`. Called on the reading thread,
+  // from many at once: must be cheap and thread-safe.
+  virtual void OnDemandSourceRead(std::chrono::steady_clock::duration took) = 0;
+};
+
 enum class RamPolicy : uint8_t {
   kLru,     // least recently used goes first
   kStatic,  // once full, admit nothing new (CoorDL's MinIO: hit ratio c under reshuffling)
@@ -111,10 +121,9 @@ struct CacheOptions {
   uint64_t ssd_write_queue_bytes = 64ull << 20;
   // StreamFromSsd()'s read buffers, all callers together (they wait for each other).
   uint64_t stream_buffer_bytes = 16ull << 20;
-  // Called after a demand read (Read(), not Prefetch()) that had to read the source,
-  // with how long filling it took; readahead pacing watches it. Called on the reading
-  // thread: must be cheap and thread-safe. Optional.
-  std::function<void(std::chrono::steady_clock::duration)> on_demand_source_read;
+  // Told about every demand read that had to read the source (readahead pacing
+  // watches them); must outlive the cache. Optional.
+  DemandObserver* demand_observer = nullptr;
   // A small entry read from the SSD tier brings its pack neighbours (read in the same
   // aligned window) into RAM too: cheap readahead for files written together.
   bool read_around = true;

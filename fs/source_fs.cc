@@ -1,9 +1,7 @@
 #include "fs/source_fs.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -11,6 +9,7 @@
 #include <cstring>
 
 #include "fmt/format.h"
+#include "fs/open_beneath.h"
 
 namespace epochfs::fs {
 namespace {
@@ -19,29 +18,12 @@ Status Errno(const std::string& what) { return Status::FromErrno(errno, what); }
 
 Status ErrnoValue(int err, const std::string& what) { return Status::FromErrno(err, what); }
 
-// Opens `name` (one path component) beneath `dir_fd`. openat2's RESOLVE_BENEATH refuses
-// `..`, absolute names and magic links outright; where the kernel lacks openat2 the
-// single-component name plus O_NOFOLLOW gives the same guarantee.
-Result<UniqueFd> OpenBeneath(int dir_fd, const std::string& name, int flags, mode_t mode = 0) {
-  static std::atomic<bool> have_openat2{true};
+// Opens `name`, one path component (what a FUSE request names), beneath `dir_fd`.
+Result<UniqueFd> OpenChild(int dir_fd, const std::string& name, int flags, mode_t mode = 0) {
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
     return Status::InvalidArgument(fmt::format("'{}': not a single path component", name));
   }
-  flags |= O_CLOEXEC | O_NOFOLLOW;
-  if (have_openat2.load(std::memory_order_relaxed)) {
-    struct open_how how {};
-    how.flags = static_cast<uint64_t>(flags);
-    // FUSE passes the file type in the mode (S_IFREG); openat2 accepts permission bits only.
-    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? (mode & 07777) : 0;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
-    long fd = ::syscall(SYS_openat2, dir_fd, name.c_str(), &how, sizeof(how));
-    if (fd >= 0) return UniqueFd(static_cast<int>(fd));
-    if (errno != ENOSYS) return Errno(fmt::format("open '{}'", name));
-    have_openat2.store(false, std::memory_order_relaxed);
-  }
-  int fd = ::openat(dir_fd, name.c_str(), flags, mode);
-  if (fd < 0) return Errno(fmt::format("open '{}'", name));
-  return UniqueFd(fd);
+  return OpenBeneath(dir_fd, name, flags, mode);
 }
 
 // The flags of an open the kernel forwards, reduced to what the source fd should carry.
@@ -98,21 +80,23 @@ Status FsyncFd(int fd, bool datasync) {
 }  // namespace
 
 Result<std::unique_ptr<SourceFs>> SourceFs::Create(UniqueFd root_fd, SourceFsOptions options,
-                                                   std::unique_ptr<cache::Cache> cache) {
+                                                   cache::Cache& cache,
+                                                   prefetch::Prefetcher* prefetcher) {
   auto st = StatFd(root_fd.get());
   if (!st.ok()) return st.status();
   if (!S_ISDIR(st->st_mode)) return Status::InvalidArgument("source is not a directory");
   return std::unique_ptr<SourceFs>(
-      new SourceFs(std::move(root_fd), *st, std::move(options), std::move(cache)));
+      new SourceFs(std::move(root_fd), *st, std::move(options), cache, prefetcher));
 }
 
 SourceFs::SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
-                   std::unique_ptr<cache::Cache> cache)
+                   cache::Cache& cache, prefetch::Prefetcher* prefetcher)
     : options_(std::move(options)),
       inodes_(std::move(root_fd), root_stat, MaxFileFds()),
-      cache_(std::move(cache)),
+      cache_(&cache),
       running_as_root_(::geteuid() == 0),
-      handle_fds_(MaxHandleFds()) {}
+      handle_fds_(MaxHandleFds()),
+      prefetcher_(prefetcher) {}
 
 Result<std::shared_ptr<Inode>> SourceFs::FindInode(uint64_t nodeid) const {
   auto inode = inodes_.Find(nodeid);
@@ -187,7 +171,7 @@ Result<std::string> SourceFs::ProcPath(const Inode& inode) const {
 Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name) {
   // O_PATH opens no data and follows no symlink: it pins the object so that the stat
   // and the node we create are of the same thing.
-  auto fd = OpenBeneath(parent->path_fd.get(), name, O_PATH);
+  auto fd = OpenChild(parent->path_fd.get(), name, O_PATH);
   if (!fd.ok()) return fd.status();
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
@@ -224,10 +208,9 @@ void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
   }
 }
 
-void SourceFs::SetKernelInvalidator(Invalidator* kernel) { kernel_.store(kernel); }
-
-void SourceFs::SetChangeWatcher(ChangeWatcher* watcher) {
+void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
   watcher_.store(watcher);
+  kernel_.store(kernel);
   if (watcher) watcher->Watch(*inodes_.root());
 }
 
@@ -452,7 +435,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
                                                                       int flags) {
   Location loc = inodes_.LocationOf(inode);
   if (!loc.parent) return Status::Stale("open: node has no parent");
-  auto fd = OpenBeneath(loc.dir_fd(), loc.name, SourceOpenFlags(flags));
+  auto fd = OpenChild(loc.dir_fd(), loc.name, SourceOpenFlags(flags));
   if (!fd.ok()) {
     if (fd.status().code() == Code::kNotFound) return Status::Stale(fd.status().message());
     return fd.status();
@@ -508,7 +491,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   // source has the name after all (made underneath the mount), opening it here would
   // skip the kernel's permission check of that file and hand it to the caller; ESTALE
   // instead makes the kernel look the name up again and open what it finds.
-  auto fd = OpenBeneath((*dir)->path_fd.get(), name,
+  auto fd = OpenChild((*dir)->path_fd.get(), name,
                         SourceOpenFlags(flags) | O_CREAT | O_EXCL, mode);
   if (!fd.ok()) {
     if (fd.status().err() == EEXIST && !(flags & O_EXCL)) {
@@ -520,7 +503,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
   // A node's O_PATH fd; without one it is still reached by name.
-  auto path_fd = OpenBeneath((*dir)->path_fd.get(), name, O_PATH);
+  auto path_fd = OpenChild((*dir)->path_fd.get(), name, O_PATH);
   auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd(),
                                 KnownByAnotherDeadName(**dir, name, *st));
   const auto id = cache::SourceIdentity::FromStat(*st);
@@ -531,7 +514,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
-  NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, *fh.inode(), offset);
+  NoteDemandRead(prefetcher_, *this, *fh.inode(), offset);
   auto fd = fh.Fd();
   if (!fd.ok()) return fd.status();
   // The kernel's page cache is one per file, shared by every open: a read for an
@@ -640,7 +623,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   const auto seen = InodeTable::Observe(**inode);
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
-  NoteDemandRead(prefetcher_.load(std::memory_order_relaxed), *this, **inode, offset);
+  NoteDemandRead(prefetcher_, *this, **inode, offset);
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
   if (data.ok()) CheckKernelCache(**inode, opened->second, seen);
   return data;

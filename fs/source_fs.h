@@ -81,9 +81,12 @@ struct SourceFsOptions {
 
 class SourceFs {
  public:
-  // `root_fd` is an O_PATH fd of the source directory, taken before mounting.
+  // `root_fd` is an O_PATH fd of the source directory, taken before mounting. Reads go
+  // through `cache` and are reported first to `prefetcher` (may be null); both must
+  // outlive the SourceFs.
   static Result<std::unique_ptr<SourceFs>> Create(UniqueFd root_fd, SourceFsOptions options,
-                                                  std::unique_ptr<cache::Cache> cache);
+                                                  cache::Cache& cache,
+                                                  prefetch::Prefetcher* prefetcher);
 
   Result<Entry> Lookup(uint64_t parent, const std::string& name);
   void Forget(uint64_t nodeid, uint64_t nlookup);
@@ -126,13 +129,15 @@ class SourceFs {
   Result<size_t> WriteNode(uint64_t nodeid, const char* data, size_t size, uint64_t offset);
   Status FsyncNode(uint64_t nodeid, bool datasync);
 
-  // From now on every directory node is watched for changes made underneath the mount.
-  // `watcher` outlives this SourceFs's use of it (call with nullptr before destroying it).
-  void SetChangeWatcher(ChangeWatcher* watcher);
-  // "open" mode: an open that finds the file changed since the kernel cached its pages
-  // drops them through `kernel` before replying (nullptr: the reply says not to keep
-  // them instead). `kernel` outlives this SourceFs's use of it.
-  void SetKernelInvalidator(Invalidator* kernel);
+  // The one link made after construction, because it is a cycle: the watcher and the
+  // kernel invalidator notify through the FUSE session, which is made with this
+  // SourceFs. Attach them before mounting; detach (nullptr, nullptr) once the session
+  // loop has ended and before destroying them.
+  // `watcher` ("notify" mode): from now on every directory node is watched for changes
+  // made underneath the mount. `kernel` ("open" mode): an open that finds the file
+  // changed since the kernel cached its pages drops them through it before replying
+  // (nullptr: the reply says not to keep them instead).
+  void AttachKernel(ChangeWatcher* watcher, Invalidator* kernel);
 
   const InodeTable& inodes() const { return inodes_; }
 
@@ -157,19 +162,9 @@ class SourceFs {
   const HandleFds& handle_fds() const { return handle_fds_; }
   size_t inode_count() const { return inodes_.size(); }
 
-  // ---- the prefetcher's and the plan file's view of the source (source_fs_paths.cc) ----
-  // From now on every read is reported to `prefetcher` (nullptr: none), which must
-  // outlive this SourceFs's use of it.
-  void SetPrefetcher(prefetch::Prefetcher* prefetcher) { prefetcher_.store(prefetcher); }
-  const prefetch::Prefetcher* prefetcher() const { return prefetcher_.load(); }
-  // Opens the regular file at `path` (relative to the source root, '/'-separated)
-  // read-only, beneath the root and following no symlink.
-  Result<prefetch::OpenedFile> OpenRelative(const std::string& path) const;
-  // The identity of the regular file at `path` (as OpenRelative resolves it), without
-  // opening it for reading.
-  Result<cache::SourceIdentity> StatRelative(const std::string& path) const;
-  // The names of the regular files in directory `dir` ("" = the root), sorted.
-  Result<std::vector<std::string>> ListRelativeDir(const std::string& dir) const;
+  // ---- the plan file's view of the source (source_fs_paths.cc) ----
+  // (The prefetcher's view is fs/root_source_tree.h.)
+  const prefetch::Prefetcher* prefetcher() const { return prefetcher_; }
   // A plan entry: `path` must name an existing regular file beneath the root that
   // `caller` may read (mode bits of the file and search bits of its folders, checked
   // against the caller's uid and primary gid; supplementary groups are not known here,
@@ -181,7 +176,7 @@ class SourceFs {
 
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
-           std::unique_ptr<cache::Cache> cache);
+           cache::Cache& cache, prefetch::Prefetcher* prefetcher);
 
   Result<std::shared_ptr<Inode>> FindInode(uint64_t nodeid) const;
   Result<std::shared_ptr<Inode>> FindDir(uint64_t nodeid) const;
@@ -223,12 +218,12 @@ class SourceFs {
 
   SourceFsOptions options_;
   InodeTable inodes_;
-  std::unique_ptr<cache::Cache> cache_;
+  cache::Cache* const cache_;
   const bool running_as_root_;
-  std::atomic<ChangeWatcher*> watcher_{nullptr};
-  std::atomic<Invalidator*> kernel_{nullptr};
+  std::atomic<ChangeWatcher*> watcher_{nullptr};  // AttachKernel
+  std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
-  std::atomic<prefetch::Prefetcher*> prefetcher_{nullptr};
+  prefetch::Prefetcher* const prefetcher_;  // every demand read is reported to it; may be null
 };
 
 }  // namespace epochfs::fs

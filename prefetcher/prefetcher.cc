@@ -69,15 +69,16 @@ struct Candidate {
 
 class PrefetcherImpl final : public Prefetcher {
  public:
-  PrefetcherImpl(PrefetcherOptions options, cache::Cache* cache,
+  PrefetcherImpl(PrefetcherOptions options, const SourceTree& source, cache::Cache* cache,
                  std::shared_ptr<EpochPolicy> policy)
       : options_(std::move(options)),
+        source_(source),
         cache_(cache),
         policy_(std::move(policy)),
         budget_(static_cast<double>(options_.source_reads_per_s), options_.source_bytes_per_s),
         pace_(options_.pacer ? options_.pacer->rate() : 0, 0) {
     if (!options_.record_path.empty()) LoadRecord();
-    if (options_.open && cache_ != nullptr) {
+    if (cache_ != nullptr) {
       for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
     }
   }
@@ -164,6 +165,7 @@ class PrefetcherImpl final : public Prefetcher {
   void SaveRecordLocked();
 
   const PrefetcherOptions options_;
+  const SourceTree& source_;
   cache::Cache* const cache_;
   const std::shared_ptr<EpochPolicy> policy_;  // may be null (no feedback to the tier)
   ReadBudget budget_;  // the user's ceiling (PrefetcherOptions::source_*_per_s)
@@ -377,12 +379,12 @@ std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uin
 }
 
 std::optional<Candidate> PrefetcherImpl::NextSequentialLocked() {
-  if (last_path_.empty() || !options_.list_dir) return std::nullopt;
+  if (last_path_.empty()) return std::nullopt;
   const size_t slash = last_path_.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : last_path_.substr(0, slash);
   const std::string name = slash == std::string::npos ? last_path_ : last_path_.substr(slash + 1);
   if (dir != listed_dir_ || listed_names_.empty()) {
-    auto names = options_.list_dir(dir);  // a readdir of the source; rare (per directory)
+    auto names = source_.ListDir(dir);  // a readdir of the source; rare (per directory)
     if (!names.ok()) return std::nullopt;
     listed_dir_ = dir;
     listed_names_ = std::move(*names);
@@ -489,10 +491,10 @@ std::vector<Candidate> PrefetcherImpl::TakeBatchLocked(size_t max) {
 }
 
 void PrefetcherImpl::Work() {
-  // With a way to stat the source, a worker takes a batch, streams what the SSD tier
-  // holds of it in pack order (no source reads: no budget to wait for), then reads the
-  // rest one file at a time within the budget. Without one, one file at a time.
-  const bool streaming = static_cast<bool>(options_.stat);
+  // Streaming, a worker takes a batch, streams what the SSD tier holds of it in pack
+  // order (no source reads: no budget to wait for), then reads the rest one file at a
+  // time within the budget. Otherwise, one file at a time.
+  const bool streaming = options_.stream_from_ssd;
   while (true) {
     std::vector<Candidate> batch;
     {
@@ -552,7 +554,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
   std::vector<size_t> which;  // ids[k] belongs to batch[which[k]]
   std::vector<Candidate> rest;
   for (size_t i = 0; i < batch.size(); ++i) {
-    Result<cache::SourceIdentity> id = options_.stat(batch[i].path);
+    Result<cache::SourceIdentity> id = source_.Stat(batch[i].path);
     if (!id.ok()) {
       rest.push_back(std::move(batch[i]));  // Fetch() meets the error and counts it
       continue;
@@ -579,7 +581,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
 
 void PrefetcherImpl::Fetch(const Candidate& candidate) {
   WaitForDemandReads();
-  auto opened = options_.open(candidate.path);
+  auto opened = source_.Open(candidate.path);
   if (!opened.ok()) {
     std::lock_guard lock(mu_);
     ++prefetch_errors_;
@@ -652,9 +654,10 @@ std::shared_ptr<cache::EvictionPolicy> Prefetcher::NewPolicy(uint64_t ram_budget
   return std::make_shared<EpochPolicy>(ram_budget);
 }
 
-std::unique_ptr<Prefetcher> Prefetcher::Create(PrefetcherOptions options, cache::Cache* cache,
+std::unique_ptr<Prefetcher> Prefetcher::Create(PrefetcherOptions options,
+                                               const SourceTree& source, cache::Cache* cache,
                                                std::shared_ptr<cache::EvictionPolicy> policy) {
-  return std::make_unique<PrefetcherImpl>(std::move(options), cache,
+  return std::make_unique<PrefetcherImpl>(std::move(options), source, cache,
                                           std::dynamic_pointer_cast<EpochPolicy>(policy));
 }
 

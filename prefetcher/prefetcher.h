@@ -35,13 +35,12 @@
 // so readahead never evicts something more useful than what it brings.
 //
 // Thread-safety: all methods are thread-safe. The prefetcher owns its worker threads;
-// the destructor stops and joins them. Callbacks in PrefetcherOptions are called from
-// worker threads and from OnRead/Publish callers, concurrently.
+// the destructor stops and joins them. The SourceTree is used from worker threads and
+// from OnRead/Publish callers, concurrently.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +51,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "prefetcher/source_pacer.h"
+#include "prefetcher/source_tree.h"
 
 namespace epochfs::prefetch {
 
@@ -84,24 +84,11 @@ struct PlannedFile {
   uint64_t size = 0;
 };
 
-// An open source file, for prefetching.
-struct OpenedFile {
-  UniqueFd fd;
-  cache::SourceIdentity id;
-};
-
 struct PrefetcherOptions {
-  // Opens a file by its path relative to the mount root (beneath the source root, no
-  // symlinks). Required.
-  std::function<Result<OpenedFile>(const std::string& relative_path)> open;
-  // The identity a file has now, by its path relative to the mount root, without
-  // opening it (beneath the source root, no symlinks). Optional: with it, readahead
-  // streams what the SSD tier holds of its next files in pack order (Cache::StreamFromSsd)
-  // before it opens and reads the rest one by one.
-  std::function<Result<cache::SourceIdentity>(const std::string& relative_path)> stat;
-  // Lists the regular files of a directory (relative path, "" for the root), sorted by
-  // name; for sequential readahead. Optional.
-  std::function<Result<std::vector<std::string>>(const std::string& relative_dir)> list_dir;
+  // Readahead first streams what the SSD tier holds of its next files, in pack order
+  // (Cache::StreamFromSsd, with identities from SourceTree::Stat), then opens and reads
+  // the rest one by one. false: one by one only.
+  bool stream_from_ssd = true;
   // Readahead workers = files in flight at most; 0: track and rank only, never read
   // ahead.
   uint32_t threads = 4;
@@ -116,8 +103,8 @@ struct PrefetcherOptions {
   uint64_t source_reads_per_s = 0;
   uint64_t source_bytes_per_s = 0;
   // Paces readahead's source reads so that demand reads do not queue behind them
-  // (source_pacer.h); null: no pacing. Give the cache the same pacer's OnDemandRead as
-  // CacheOptions::on_demand_source_read: late demand reads are its signal. Not applied
+  // (source_pacer.h); null: no pacing. Give the cache the same pacer as its
+  // CacheOptions::demand_observer: late demand reads are its signal. Not applied
   // while a plan is followed (readahead then reads exactly what is read next).
   std::shared_ptr<SourcePacer> pacer;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
@@ -157,9 +144,12 @@ uint64_t PlanFingerprint(const std::vector<std::string>& paths);
 
 class Prefetcher {
  public:
-  // `cache` must outlive the prefetcher. The policy returned by policy() must be
-  // plugged into the cache's CacheOptions::ram_policy_override (see NewPolicy).
-  static std::unique_ptr<Prefetcher> Create(PrefetcherOptions options, cache::Cache* cache,
+  // Readahead opens, identifies and lists files through `source` (by their paths
+  // relative to the mount root) and reads them into `cache`; both must outlive the
+  // prefetcher. A null `cache` tracks and ranks only (no workers). `policy` must be the
+  // one plugged into the cache's CacheOptions::ram_policy_override (see NewPolicy).
+  static std::unique_ptr<Prefetcher> Create(PrefetcherOptions options,
+                                            const SourceTree& source, cache::Cache* cache,
                                             std::shared_ptr<cache::EvictionPolicy> policy);
 
   // The epoch-aware RAM policy to give the cache before it is opened.

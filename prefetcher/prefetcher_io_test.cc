@@ -13,6 +13,7 @@
 
 #include "cache/testing/test_files.h"
 #include "prefetcher/prefetcher.h"
+#include "prefetcher/testing/dir_source_tree.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -29,7 +30,7 @@ std::string Name(uint32_t i) {
 }
 
 // `n` small files in a temporary directory, a cache over them, and a prefetcher whose
-// `open` records the order it fetched files in.
+// source tree records the order it fetched files in.
 class PrefetcherIo : public ::testing::Test {
  protected:
   static constexpr uint32_t kFiles = 400;
@@ -67,16 +68,11 @@ class PrefetcherIo : public ::testing::Test {
     ASSERT_TRUE(cache_->Flush().ok());
   }
 
+  // One fetch at a time, each one an open of the source: the order of the opens is the
+  // order readahead chose.
   std::unique_ptr<Prefetcher> StartPrefetcher(PrefetcherOptions o) {
-    o.open = [this](const std::string& path) -> Result<OpenedFile> {
-      {
-        std::lock_guard lock(mu_);
-        opened_.push_back(path);
-      }
-      auto src = OpenSourceFile(dir_ / "src" / path);
-      return OpenedFile{std::move(src.fd), src.file.id};
-    };
-    return Prefetcher::Create(std::move(o), cache_.get(), policy_);
+    o.stream_from_ssd = false;
+    return Prefetcher::Create(std::move(o), source_, cache_.get(), policy_);
   }
 
   void Access(Prefetcher& p, uint32_t i) {
@@ -98,23 +94,20 @@ class PrefetcherIo : public ::testing::Test {
     size_t last = SIZE_MAX;
     for (int i = 0; i < 200; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::lock_guard lock(mu_);
-      if (opened_.size() == last && i >= 3) return;
-      last = opened_.size();
+      const size_t opened = source_.opened().size();
+      if (opened == last && i >= 3) return;
+      last = opened;
     }
   }
 
-  std::vector<std::string> Opened() {
-    std::lock_guard lock(mu_);
-    return opened_;
-  }
+  std::vector<std::string> Opened() { return source_.opened(); }
 
   TempDir dir_;
   std::vector<FileKey> keys_;
   std::shared_ptr<cache::EvictionPolicy> policy_;
   std::unique_ptr<cache::Cache> cache_;
-  std::mutex mu_;
-  std::vector<std::string> opened_;  // GUARDED_BY(mu_)
+  // Lists nothing: sequential readahead stays off, as the tests want the other patterns.
+  testing::DirSourceTree source_{dir_ / "src", /*can_list=*/false};
 };
 
 // The first epoch reads the files in name order; the SSD tier holds them in reverse

@@ -9,13 +9,21 @@
 #include <string>
 #include <thread>
 
+#include "prefetcher/testing/dir_source_tree.h"
+
 namespace epochfs::prefetch {
 namespace {
+
+// No cache, so no workers: the source tree is never asked.
+const testing::DirSourceTree& NoSource() {
+  static const testing::DirSourceTree source;
+  return source;
+}
 
 std::unique_ptr<Prefetcher> Tracker() {
   PrefetcherOptions o;
   o.threads = 0;  // no workers: Cache is never called
-  return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
+  return Prefetcher::Create(std::move(o), NoSource(), nullptr, Prefetcher::NewPolicy(1 << 20));
 }
 
 void Access(Prefetcher& p, uint32_t i) {
@@ -176,7 +184,7 @@ TEST(Prefetcher, ARestartedDaemonRecognisesAReplayInItsFirstEpoch) {
     PrefetcherOptions o;
     o.threads = 0;
     o.record_path = dir / "epochs";
-    return Prefetcher::Create(std::move(o), nullptr, Prefetcher::NewPolicy(1 << 20));
+    return Prefetcher::Create(std::move(o), NoSource(), nullptr, Prefetcher::NewPolicy(1 << 20));
   };
   {
     auto p = make();

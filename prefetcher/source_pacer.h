@@ -28,9 +28,12 @@
 #include <functional>
 #include <mutex>
 
+#include "cache/cache.h"
+
 namespace epochfs::prefetch {
 
-class SourcePacer {
+// It is the cache's DemandObserver: give it as CacheOptions::demand_observer.
+class SourcePacer final : public cache::DemandObserver {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr double kMinRate = 10;  // reads/s: readahead never stops entirely
@@ -54,6 +57,7 @@ class SourcePacer {
   void OnReadaheadRead(Clock::duration latency, uint32_t chunks = 1);
   // A demand read had to fill from the source and took `latency`.
   void OnDemandRead(Clock::duration latency);
+  void OnDemandSourceRead(Clock::duration took) override { OnDemandRead(took); }
 
   double rate() const;  // reads/s readahead may issue now
   Clock::duration base_latency() const;

@@ -1,0 +1,449 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <malloc.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "cache/cache.h"
+#include "base/unique_fd.h"
+#include "fmt/format.h"
+#include "fs/change_watcher.h"
+#include "fs/control.h"
+#include "fs/fuse_ops.h"
+#include "daemon/metrics.h"
+#include "daemon/metrics_server.h"
+#include "daemon/mount_table.h"
+#include "fs/plan_file.h"
+#include "daemon/service_notify.h"
+#include "fs/source_fs.h"
+#include "nlohmann/json.hpp"
+#include "prefetcher/prefetcher.h"
+#include "spdlog/spdlog.h"
+
+#ifndef EPOCHFS_VERSION
+#define EPOCHFS_VERSION "dev"
+#endif
+
+namespace epochfs::daemon {
+
+using fs::ChangeWatcher;
+using fs::ControlDir;
+using fs::FuseContext;
+using fs::KernelInvalidator;
+using fs::PlanFile;
+using fs::RequestKind;
+using fs::RequestKindName;
+using fs::SourceFs;
+using fs::SourceFsOptions;
+namespace {
+
+// VmRSS and VmHWM of this process, in bytes.
+std::pair<uint64_t, uint64_t> ResidentSetBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  uint64_t rss = 0, peak = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stoull(line.substr(6)) * 1024;
+    if (line.rfind("VmHWM:", 0) == 0) peak = std::stoull(line.substr(6)) * 1024;
+  }
+  return {rss, peak};
+}
+
+// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
+// exporter renders it as Prometheus text (daemon/metrics.h).
+// What the index (RocksDB) may hold in memory: its 8 MiB block cache and two 4 MiB
+// memtables (cache/index.cc).
+constexpr uint64_t kIndexMemoryBytes = 16ull << 20;
+
+MemoryPlan PlanMemory(uint64_t ram) {
+  MemoryPlan plan;
+  plan.write_queue = std::clamp<uint64_t>(ram / 8, 4ull << 20, 64ull << 20);
+  plan.stream_buffers = std::clamp<uint64_t>(ram / 16, 1ull << 20, 16ull << 20);
+  const uint64_t fixed = plan.write_queue + plan.stream_buffers + kIndexMemoryBytes;
+  plan.ram_tier = ram > fixed ? ram - fixed : 0;
+  return plan;
+}
+
+// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
+// exporter renders it as Prometheus text (daemon/metrics.h).
+MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                             const ChangeWatcher* watcher,
+                             std::chrono::steady_clock::time_point started) {
+  MountCounters c;
+  c.version = EPOCHFS_VERSION;
+  c.pid = static_cast<uint64_t>(::getpid());
+  c.source = options.source.string();
+  c.mountpoint = options.mountpoint.string();
+  c.cache_dir = options.cache_dir.string();
+  c.consistency = ConsistencyName(options.consistency);
+  c.read_only = options.read_only;
+  c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  c.requests = &ctx.counters;
+  c.cache = fs.cache().Stats();
+  const MemoryPlan memory = PlanMemory(options.ram_budget);
+  c.ram_budget_bytes = options.ram_budget;
+  c.ram_tier_budget_bytes = memory.ram_tier;
+  c.ssd_write_queue_bytes = memory.write_queue;
+  c.ssd_budget_bytes = options.disk_budget;
+  c.open_file_fds = fs.handle_fds().open();
+  c.open_file_fds_max = fs.handle_fds().max_open();
+  c.open_file_fd_reopens = fs.handle_fds().reopens();
+  c.inodes = fs.inode_count();
+  c.watcher = watcher;
+  if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
+    c.prefetch = prefetcher->Stats();
+    c.prefetch_threads = options.prefetch_threads;
+    c.prefetch_iops_limit = options.prefetch_iops;
+    c.prefetch_bandwidth_limit = options.prefetch_bandwidth;
+    c.prefetch_pacing = options.prefetch_pacing;
+  }
+  std::tie(c.daemon_rss_bytes, c.daemon_peak_rss_bytes) = ResidentSetBytes();
+  return c;
+}
+
+nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                             const ChangeWatcher* watcher,
+                             std::chrono::steady_clock::time_point started) {
+  return StatsSnapshotJson(GatherCounters(options, ctx, fs, watcher, started));
+}
+
+std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
+                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
+  // Paths are bytes, not always UTF-8: replace what is not rather than throw.
+  return StatsSnapshot(options, ctx, fs, watcher, started)
+             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+// One daemon per cache dir: two writers would interleave their packs.
+Result<UniqueFd> LockCacheDir(const std::filesystem::path& dir) {
+  const auto path = dir / "lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd) return Status::FromErrno(errno, fmt::format("cannot open {}", path.string()));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK) {
+      char pid[32] = {};
+      ssize_t n = ::pread(fd.get(), pid, sizeof(pid) - 1, 0);
+      return Status::Busy(fmt::format("cache dir {} is in use by another epochfs daemon{}",
+                                      dir.string(), n > 0 ? fmt::format(" (pid {})", pid) : ""));
+    }
+    return Status::FromErrno(errno, fmt::format("cannot lock {}", path.string()));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd.get(), 0) == 0) {
+    ssize_t ignored = ::pwrite(fd.get(), pid.data(), pid.size(), 0);
+    (void)ignored;  // the pid is a courtesy for the error message above
+  }
+  return fd;
+}
+
+uint64_t DefaultDiskBudget(const std::filesystem::path& dir) {
+  struct ::statvfs sv {};
+  if (::statvfs(dir.c_str(), &sv) < 0) return 1ull << 30;
+  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize / 2;
+}
+
+// A FUSE daemon holds a directory fd per known directory and file fds for nodes and
+// open files; SourceFs shares the limit out (fs/file_handle.h). The soft limit goes up
+// to the hard one; the hard one is the operator's (LimitNOFILE=, a container's) and is
+// respected even by a root daemon.
+void RaiseFdLimit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < 1024) {
+    spdlog::warn("fd limit {}: few files stay open at once; more opens share those fds",
+                 lim.rlim_cur);
+  }
+}
+
+// Raises the mount's readahead through its bdi (/sys/class/bdi/MAJ:MIN). Call it only
+// once the kernel's INIT has been answered: the INIT reply sets the readahead to
+// min(current, what libfuse says), which is the kernel's 128 KiB default.
+void SetReadahead(const std::filesystem::path& mountpoint, uint64_t bytes) {
+  std::string device;
+  for (const auto& m : ReadMountTable()) {
+    if (m.mountpoint == mountpoint.string() && m.fstype == kFsType) device = m.device;
+  }
+  const std::string knob = fmt::format("/sys/class/bdi/{}/read_ahead_kb", device);
+  std::ofstream out(knob);
+  out << (bytes / 1024);
+  out.flush();
+  if (device.empty() || !out) {
+    spdlog::warn("cannot set readahead to {} KiB ({}): larger files take more round trips",
+                 bytes / 1024, device.empty() ? "mount not found in mountinfo" : knob);
+  }
+}
+
+}  // namespace
+
+
+FuseSession::~FuseSession() {
+  if (session_ == nullptr) return;
+  fuse_session_unmount(session_);  // a no-op when not mounted
+  if (signal_handlers_) fuse_remove_signal_handlers(session_);
+  fuse_session_destroy(session_);
+}
+
+Status FuseSession::InstallSignalHandlers() {
+  if (fuse_set_signal_handlers(session_) != 0) {
+    return Status::IoError("cannot install signal handlers");
+  }
+  signal_handlers_ = true;
+  return Status::Ok();
+}
+
+Status FuseSession::Mount(const std::filesystem::path& mountpoint) {
+  if (fuse_session_mount(session_, mountpoint.c_str()) != 0) {
+    return Status::IoError(fmt::format(
+        "cannot mount on {} (is /dev/fuse there, and are you root or in the fuse group?)",
+        mountpoint.string()));
+  }
+  return Status::Ok();
+}
+
+Daemon::Daemon(const MountOptions& options)
+    : options_(options), started_(std::chrono::steady_clock::now()) {}
+
+Result<std::unique_ptr<Daemon>> Daemon::Create(const MountOptions& options) {
+  std::unique_ptr<Daemon> daemon(new Daemon(options));
+  EPOCHFS_RETURN_IF_ERROR(daemon->Start());
+  return daemon;
+}
+
+Status Daemon::Start() {
+  MountOptions& options = options_;
+  // Taken before mounting: once mounted over itself, the source is only reachable
+  // through this fd.
+  root_fd_ = UniqueFd(::open(options.source.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd_) return Status::FromErrno(errno, "open source " + options.source.string());
+  if (::fstat(root_fd_.get(), &root_stat_) < 0) return Status::FromErrno(errno, "stat source");
+
+  auto lock = LockCacheDir(options.cache_dir);
+  if (!lock.ok()) return lock.status();
+  cache_dir_lock_ = std::move(*lock);
+  if (!options.disk_budget_set) options.disk_budget = DefaultDiskBudget(options.cache_dir);
+  RaiseFdLimit();
+
+  memory_ = PlanMemory(options.ram_budget);
+  spdlog::info("--ram {} MiB: RAM tier {} MiB, SSD write queue {} MiB, index {} MiB",
+               options.ram_budget >> 20, memory_.ram_tier >> 20, memory_.write_queue >> 20,
+               kIndexMemoryBytes >> 20);
+  // Chunk buffers come and go by the thousand per second. Above 128 KiB malloc maps
+  // each one and gives it back when freed; setting the threshold also stops glibc from
+  // raising it after the first large free, which would put multi-hundred-KiB buffers in
+  // its arenas, where freed memory stays in the RSS that --ram promises to bound.
+  ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  cache::CacheOptions cache_options;
+  cache_options.cache_dir = options.cache_dir;
+  cache_options.ram_budget = memory_.ram_tier;
+  cache_options.ssd_write_queue_bytes = memory_.write_queue;
+  cache_options.stream_buffer_bytes = memory_.stream_buffers;
+  cache_options.disk_budget = options.disk_budget;
+  cache_options.chunk_size = options.chunk_size;
+  cache_options.use_io_uring = options.use_io_uring;
+  cache_options.read_around = options.prefetch_threads > 0;
+  // ---- prefetcher (issue #3): its epoch-aware policy ranks the RAM tier ----
+  if (options.prefetch_pacing && options.prefetch_threads > 0) {
+    pacer_ = std::make_shared<prefetch::SourcePacer>(static_cast<double>(options.prefetch_iops));
+    cache_options.demand_observer = pacer_.get();
+  }
+  ram_policy_ = prefetch::Prefetcher::NewPolicy(memory_.ram_tier);
+  cache_options.ram_policy_override = ram_policy_;
+  // ---- end prefetcher ----
+  auto cache = cache::Cache::Open(cache_options);
+  if (!cache.ok()) return cache.status();
+  cache_ = std::move(*cache);
+  flush_cache_.Set([cache = cache_.get()] {
+    Status flushed = cache->Flush();
+    if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
+  });
+
+  // ---- prefetcher (issue #3) ----
+  UniqueFd tree_fd(::fcntl(root_fd_.get(), F_DUPFD_CLOEXEC, 0));
+  if (!tree_fd) return Status::FromErrno(errno, "dup the source fd");
+  source_tree_ = std::make_unique<fs::RootSourceTree>(std::move(tree_fd));
+  prefetch::PrefetcherOptions prefetch_options;
+  // --prefetch 0 keeps the epoch-aware policy and the plan file but reads nothing ahead.
+  prefetch_options.threads = options.prefetch_threads;
+  prefetch_options.source_reads_per_s = options.prefetch_iops;
+  prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
+  prefetch_options.pacer = pacer_;
+  if (options.prefetch_threads == 0) spdlog::info("readahead off (--prefetch 0)");
+  prefetch_options.record_path = options.cache_dir / "epochs";
+  prefetch_options.ram_budget = memory_.ram_tier;
+  prefetch_options.chunk_size = options.chunk_size;
+  prefetcher_ = prefetch::Prefetcher::Create(std::move(prefetch_options), *source_tree_,
+                                             cache_.get(), ram_policy_);
+  // ---- end prefetcher ----
+
+  SourceFsOptions fs_options;
+  fs_options.read_only = options.read_only;
+  fs_options.hidden_root_name = ControlDir::kDirName;
+  auto fs = SourceFs::Create(std::move(root_fd_), fs_options, *cache_, prefetcher_.get());
+  if (!fs.ok()) return fs.status();
+  fs_ = std::move(*fs);
+  plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get());
+
+  ctx_.fs = fs_.get();
+  ctx_.timeouts = options.timeouts;
+  control_ = std::make_unique<ControlDir>(
+      std::vector<ControlDir::File>{
+          ControlDir::File{"stats", 3,
+                           [this] {
+                             return StatsJson(options_, ctx_, *fs_, watcher_.get(), started_);
+                           }},
+          // prefetcher (issue #3): the plan file
+          ControlDir::File{"plan", 4, [this] { return plan_file_->Summary(); },
+                           [this](uint64_t offset, std::string_view data, uid_t uid,
+                                  gid_t gid) {
+                             return plan_file_->Write(offset, data, uid, gid);
+                           }}},
+      root_stat_.st_uid, root_stat_.st_gid);
+  ctx_.control = control_.get();
+
+  // libfuse splits -o at commas; a comma or backslash in the path is escaped.
+  std::string fsname;
+  for (char c : options.source.string()) {
+    if (c == ',' || c == '\\') fsname.push_back('\\');
+    fsname.push_back(c);
+  }
+  std::string mount_opts =
+      fmt::format("fsname=epochfs:{},subtype=epochfs,default_permissions,noatime", fsname);
+  if (options.allow_other) mount_opts += ",allow_other";
+  if (options.read_only) mount_opts += ",ro";
+  std::vector<std::string> argv_strings = {"epochfs", "-o", mount_opts};
+  if (spdlog::get_level() <= spdlog::level::trace) argv_strings.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  const auto& ops = fs::FuseOperations();
+  session_.Reset(fuse_session_new(&args, &ops, sizeof(ops), &ctx_));
+  fuse_opt_free_args(&args);
+  if (!session_.get()) return Status::InvalidArgument("libfuse refused the mount options");
+  ctx_.session = session_.get();
+
+  std::string why;
+  options.consistency = ResolveConsistency(options.consistency, options.source, &why);
+  invalidator_ = std::make_unique<KernelInvalidator>(session_.get());
+  if (options.consistency == Consistency::kNotify) {
+    auto started_watcher = ChangeWatcher::Start(fs_->inodes(), *invalidator_);
+    if (started_watcher.ok()) {
+      watcher_ = std::move(*started_watcher);
+    } else {
+      spdlog::warn("cannot watch the source for changes ({}); using --consistency=open",
+                   started_watcher.status().ToString());
+      options.consistency = Consistency::kOpen;
+      why = "inotify unavailable";
+    }
+  }
+  ctx_.kernel_asks_to_open = options.consistency == Consistency::kOpen;
+  // The watcher and the invalidator need the session, which needs fs_: the one link
+  // made after construction (SourceFs::AttachKernel).
+  fs_->AttachKernel(watcher_.get(), ctx_.kernel_asks_to_open ? invalidator_.get() : nullptr);
+  detach_kernel_.Set([this] { fs_->AttachKernel(nullptr, nullptr); });
+
+  spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
+
+  // ---- Observability: the metrics endpoint and textfile (daemon/metrics_server.h). ----
+  // Bound before mounting, so a taken port refuses the mount instead of a half start.
+  if (!options.metrics_listen.empty() || !options.metrics_textfile.empty()) {
+    MetricsExporter::Options metrics_options;
+    metrics_options.listen = options.metrics_listen;
+    metrics_options.allow_remote = options.metrics_allow_remote;
+    metrics_options.textfile = options.metrics_textfile;
+    auto started_exporter = MetricsExporter::Start(metrics_options, [this] {
+      return PrometheusText(StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), started_));
+    });
+    if (!started_exporter.ok()) return started_exporter.status();
+    exporter_ = std::move(*started_exporter);
+  }
+  // ---- end observability ----
+  return Status::Ok();
+}
+
+int Daemon::Run(const std::function<void(const Status&)>& ready) {
+  const MountOptions& options = options_;
+  auto fail = [&](const Status& st) {
+    spdlog::error("mount failed: {}", st.ToString());
+    ready(st);
+    return 2;
+  };
+  if (Status st = session_.InstallSignalHandlers(); !st.ok()) return fail(st);
+  if (Status st = session_.Mount(options.mountpoint); !st.ok()) return fail(st);
+  mounted_ = true;
+  spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),
+               options.mountpoint.string(), options.cache_dir.string(),
+               options.ram_budget >> 20, options.disk_budget >> 20);
+  // The mount is ready once it answers. A stat of the mountpoint from a thread of our
+  // own returns once the loop below has answered INIT (and this stat): only then is the
+  // kernel's readahead raised (the INIT reply resets it), and only then is the mount
+  // reported ready, to the parent that daemonized us and to systemd (READY=1). So
+  // whoever is told "ready" finds the mount answering and its readahead set.
+  std::atomic<bool> never_answered{false};
+  std::thread readiness([&] {
+    struct ::stat st {};
+    if (::stat(options.mountpoint.c_str(), &st) != 0) {
+      const Status why = Status::FromErrno(errno, fmt::format("the mount on {} does not answer",
+                                                              options.mountpoint.string()));
+      never_answered = true;
+      spdlog::error("mount failed: {}", why.ToString());
+      ready(why);
+      // Ends the loop: the kernel closes the connection and reads of /dev/fuse fail.
+      fuse_session_exit(session_.get());
+      fuse_session_unmount(session_.get());
+      return;
+    }
+    if (options.readahead > 0) SetReadahead(options.mountpoint, options.readahead);
+    ready(Status::Ok());
+    // ---- systemd: READY=1 only now that the mount answers (daemon/service_notify.h). ----
+    NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
+                            options.mountpoint.string()));
+    status_reporter_ = std::make_unique<StatusReporter>(
+        [this] {
+          return ServiceStatusLine(
+              StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), started_));
+        },
+        std::chrono::seconds(10));
+  });
+
+  // The kernel has already applied the caller's umask to every mode a request carries;
+  // the daemon's own would be applied on top (a file created 0666 coming out 0644).
+  // Every file the daemon itself creates from here on (packs, RocksDB's tables, the
+  // epoch record, the metrics textfile) passes an explicit mode, and its directories
+  // were made above.
+  ::umask(0);
+  struct fuse_loop_config* loop_config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(loop_config, options.max_threads);
+  fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
+  const int loop_rc = fuse_session_loop_mt(session_.get(), loop_config);
+  fuse_loop_cfg_destroy(loop_config);
+  readiness.join();
+  // ---- systemd: going down (the flush on the way may take a while). ----
+  notify_stopping_.Set([] { NotifyStopping(); });
+  if (never_answered) return 2;
+  return loop_rc == 0 ? 0 : 1;
+}
+
+}  // namespace epochfs::daemon

@@ -1,0 +1,143 @@
+// Daemon: one epochfs mount, as an object. Create() builds every part in dependency
+// order (cache, prefetcher, filesystem core, FUSE session, watcher, metrics endpoint);
+// Run() mounts and serves until unmounted or signalled; the destructor is the shutdown
+// sequence. The members are declared in the order they are made, so C++ destroys them
+// in the reverse, which is the order the daemon must go down in: whatever reads from a
+// part goes before it (systemd status and metrics before the state they report, the
+// watcher before the session it notifies through, the session before the filesystem
+// it calls, the prefetcher before the cache flushes, the cache before its lock is
+// released). A step that is no member's own destructor is a ShutdownStep member, so it
+// too runs in its place. daemon/mount.h's RunMount is Create + Run.
+//
+// Thread-safety: Run() blocks the calling thread and starts libfuse's workers, the
+// cache's writer and the prefetcher's workers, all stopped before the destructor
+// returns. Create once per process, after any fork().
+#pragma once
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "cache/cache.h"
+#include "cache/eviction.h"
+#include "daemon/metrics_server.h"
+#include "daemon/options.h"
+#include "daemon/service_notify.h"
+#include "fs/change_watcher.h"
+#include "fs/control.h"
+#include "fs/fuse_ops.h"
+#include "fs/plan_file.h"
+#include "fs/root_source_tree.h"
+#include "fs/source_fs.h"
+#include "prefetcher/prefetcher.h"
+#include "prefetcher/source_pacer.h"
+
+namespace epochfs::daemon {
+
+// Runs `step` when destroyed (if one was set): a shutdown step that is no member's own
+// destructor, declared where it must run.
+class ShutdownStep {
+ public:
+  ShutdownStep() = default;
+  ShutdownStep(const ShutdownStep&) = delete;
+  ShutdownStep& operator=(const ShutdownStep&) = delete;
+  ~ShutdownStep() {
+    if (step_) step_();
+  }
+  void Set(std::function<void()> step) { step_ = std::move(step); }
+
+ private:
+  std::function<void()> step_;
+};
+
+// The libfuse session; when destroyed, unmounts (if mounted), removes the signal
+// handlers (if installed) and frees it.
+class FuseSession {
+ public:
+  FuseSession() = default;
+  FuseSession(const FuseSession&) = delete;
+  FuseSession& operator=(const FuseSession&) = delete;
+  ~FuseSession();
+  void Reset(struct fuse_session* session) { session_ = session; }
+  struct fuse_session* get() const { return session_; }
+  // Installs libfuse's SIGTERM/SIGINT/SIGHUP handlers (they end the session loop).
+  Status InstallSignalHandlers();
+  Status Mount(const std::filesystem::path& mountpoint);
+
+ private:
+  struct fuse_session* session_ = nullptr;
+  bool signal_handlers_ = false;
+};
+
+// --ram is everything the daemon holds for data: the RAM tier, the queue of chunks on
+// their way to the SSD tier, and the index's memory. (On top: code, thread stacks and
+// allocator slack, docs/operations.md.)
+struct MemoryPlan {
+  uint64_t ram_tier = 0;
+  uint64_t write_queue = 0;
+  uint64_t stream_buffers = 0;
+};
+
+class Daemon {
+ public:
+  // Everything up to the mount. `options` are validated and resolved already.
+  static Result<std::unique_ptr<Daemon>> Create(const MountOptions& options);
+  ~Daemon() = default;  // the members, in reverse: the shutdown sequence
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Mounts and serves until the mount is unmounted or the process gets SIGTERM, SIGINT
+  // or SIGHUP. `ready` is called exactly once, as daemon/mount.h says. Returns the
+  // process exit code. Call once.
+  int Run(const std::function<void(const Status&)>& ready);
+  // Whether Run() got as far as mounting.
+  bool mounted() const { return mounted_; }
+
+ private:
+  explicit Daemon(const MountOptions& options);
+  // Builds the members in declaration order; Create's body.
+  Status Start();
+
+  MountOptions options_;  // as resolved here (disk budget, consistency)
+  const std::chrono::steady_clock::time_point started_;
+  bool mounted_ = false;
+  UniqueFd root_fd_;  // until SourceFs takes it
+  struct ::stat root_stat_ {};
+  // One daemon per cache dir: held until everything else is gone.
+  UniqueFd cache_dir_lock_;
+  MemoryPlan memory_;
+  // The cache reports late demand reads to it (CacheOptions::demand_observer).
+  std::shared_ptr<prefetch::SourcePacer> pacer_;
+  // The prefetcher's epoch-aware policy ranks the RAM tier; shared by both.
+  std::shared_ptr<cache::EvictionPolicy> ram_policy_;
+  std::unique_ptr<cache::Cache> cache_;
+  // Flushes the cache once nothing feeds it any more.
+  ShutdownStep flush_cache_;
+  std::unique_ptr<fs::RootSourceTree> source_tree_;
+  // Its workers stop before the cache flushes.
+  std::unique_ptr<prefetch::Prefetcher> prefetcher_;
+  std::unique_ptr<fs::SourceFs> fs_;
+  std::unique_ptr<fs::PlanFile> plan_file_;
+  fs::FuseContext ctx_;
+  std::unique_ptr<fs::ControlDir> control_;
+  FuseSession session_;
+  std::unique_ptr<fs::KernelInvalidator> invalidator_;
+  // Notifies through the session: stopped before it.
+  std::unique_ptr<fs::ChangeWatcher> watcher_;
+  // SourceFs::AttachKernel's undo: the filesystem lets go of the watcher and the
+  // invalidator before they are destroyed.
+  ShutdownStep detach_kernel_;
+  std::unique_ptr<MetricsExporter> exporter_;
+  // STOPPING=1 to systemd, after the last status line and before the flush (which may
+  // take a while).
+  ShutdownStep notify_stopping_;
+  std::unique_ptr<StatusReporter> status_reporter_;  // set once the mount answers
+};
+
+}  // namespace epochfs::daemon
