@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <fcntl.h>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <thread>
 
+#include "base/thread_annotations.h"
 #include "cache/testing/test_files.h"
 #include "prefetcher/prefetcher.h"
 
@@ -70,7 +70,7 @@ class PrefetcherIo : public ::testing::Test {
   std::unique_ptr<Prefetcher> StartPrefetcher(PrefetcherOptions o) {
     o.open = [this](const std::string& path) -> Result<OpenedFile> {
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         opened_.push_back(path);
       }
       auto src = OpenSourceFile(dir_ / "src" / path);
@@ -98,14 +98,14 @@ class PrefetcherIo : public ::testing::Test {
     size_t last = SIZE_MAX;
     for (int i = 0; i < 200; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (opened_.size() == last && i >= 3) return;
       last = opened_.size();
     }
   }
 
   std::vector<std::string> Opened() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return opened_;
   }
 
@@ -113,8 +113,8 @@ class PrefetcherIo : public ::testing::Test {
   std::vector<FileKey> keys_;
   std::shared_ptr<cache::EvictionPolicy> policy_;
   std::unique_ptr<cache::Cache> cache_;
-  std::mutex mu_;
-  std::vector<std::string> opened_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<std::string> opened_ GUARDED_BY(mu_);
 };
 
 // The first epoch reads the files in name order; the SSD tier holds them in reverse
