@@ -178,43 +178,53 @@ class PrefetcherImpl final : public Prefetcher {
   mutable Mutex mu_;  // lock order: mu_, then the policy's lock
   std::condition_variable cv_;
   bool stop_ GUARDED_BY(mu_) = false;
-  Classifier classifier_;
-  Pattern previous_pattern_ = Pattern::kUnknown;  // the last epoch's, at its end
-  uint64_t epoch_ = 0;
+  Classifier classifier_ GUARDED_BY(mu_);
+  Pattern previous_pattern_ GUARDED_BY(mu_) = Pattern::kUnknown;  // the last epoch's, at its end
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
   // order). Orders refer to it by index.
-  std::vector<std::pair<FileKey, std::string>> catalog_;
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> catalog_index_;
-  std::vector<uint32_t> order_, previous_order_;  // this and the last epoch's accesses
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_;
-  std::unordered_set<FileKey, FileKeyHash> accessed_;     // this epoch
-  std::unordered_set<FileKey, FileKeyHash> prefetched_;   // issued this epoch
-  std::unordered_set<std::string> prefetched_paths_;      // issued this epoch (sequential)
-  std::unordered_set<FileKey, FileKeyHash> landed_;       // prefetched, in RAM, not yet read
-  std::vector<PlannedFile> plan_;
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> plan_index_;
-  std::vector<uint32_t> plan_order_;  // plan as catalog indices
-  size_t plan_next_ = 0, plan_cursor_ = 0;
-  size_t replay_next_ = 0, replay_cursor_ = 0;
+  std::vector<std::pair<FileKey, std::string>> catalog_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> catalog_index_ GUARDED_BY(mu_);
+  // This and the last epoch's accesses.
+  std::vector<uint32_t> order_ GUARDED_BY(mu_);
+  std::vector<uint32_t> previous_order_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_ GUARDED_BY(mu_);
+  std::unordered_set<FileKey, FileKeyHash> accessed_ GUARDED_BY(mu_);  // this epoch
+  std::unordered_set<FileKey, FileKeyHash> prefetched_ GUARDED_BY(mu_);  // issued this epoch
+  // Issued this epoch (sequential).
+  std::unordered_set<std::string> prefetched_paths_ GUARDED_BY(mu_);
+  // Prefetched, in RAM, not yet read.
+  std::unordered_set<FileKey, FileKeyHash> landed_ GUARDED_BY(mu_);
+  std::vector<PlannedFile> plan_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> plan_index_ GUARDED_BY(mu_);
+  std::vector<uint32_t> plan_order_ GUARDED_BY(mu_);  // plan as catalog indices
+  size_t plan_next_ GUARDED_BY(mu_) = 0;
+  size_t plan_cursor_ GUARDED_BY(mu_) = 0;
+  size_t replay_next_ GUARDED_BY(mu_) = 0;
+  size_t replay_cursor_ GUARDED_BY(mu_) = 0;
   // The shuffled pattern's readahead order: catalog indices sorted by SSD position,
   // valid for epoch `pack_order_epoch_`; catalog entries past its size follow in
   // first-seen order. shuffled_next_ is a position in that sequence.
-  std::vector<uint32_t> pack_order_;
-  uint64_t pack_order_epoch_ = UINT64_MAX;
-  bool ordering_ = false;  // a worker is computing pack_order_
-  size_t shuffled_next_ = 0;
-  std::string last_path_;
-  double access_rate_ = 0;  // files/s, smoothed; 0: not measured yet
-  uint64_t rate_count_ = 0;
-  std::chrono::steady_clock::time_point rate_since_ = std::chrono::steady_clock::now();
-  std::string listed_dir_;
-  std::vector<std::string> listed_names_;  // of listed_dir_, sorted
-  uint32_t inflight_ = 0;  // candidates handed to workers and not finished
-  bool save_failed_ = false;  // warned once
-  uint64_t prefetched_count_ = 0, prefetch_hits_ = 0, prefetch_refused_ = 0;
-  uint64_t prefetch_errors_ = 0, plans_published_ = 0;
-  uint64_t prefetch_source_reads_ = 0;
-  std::chrono::steady_clock::duration budget_wait_{};
+  std::vector<uint32_t> pack_order_ GUARDED_BY(mu_);
+  uint64_t pack_order_epoch_ GUARDED_BY(mu_) = UINT64_MAX;
+  bool ordering_ GUARDED_BY(mu_) = false;  // a worker is computing pack_order_
+  size_t shuffled_next_ GUARDED_BY(mu_) = 0;
+  std::string last_path_ GUARDED_BY(mu_);
+  double access_rate_ GUARDED_BY(mu_) = 0;  // files/s, smoothed; 0: not measured yet
+  uint64_t rate_count_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point rate_since_ GUARDED_BY(mu_) =
+      std::chrono::steady_clock::now();
+  std::string listed_dir_ GUARDED_BY(mu_);
+  std::vector<std::string> listed_names_ GUARDED_BY(mu_);  // of listed_dir_, sorted
+  uint32_t inflight_ GUARDED_BY(mu_) = 0;  // candidates handed to workers and not finished
+  bool save_failed_ GUARDED_BY(mu_) = false;  // warned once
+  uint64_t prefetched_count_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_hits_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_refused_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_errors_ GUARDED_BY(mu_) = 0;
+  uint64_t plans_published_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_source_reads_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::duration budget_wait_ GUARDED_BY(mu_){};
   uint64_t plan_fingerprint_ GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> workers_;
