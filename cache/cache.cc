@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "cache/cache_internal.h"
 #include "cache/chunk_bytes.h"
 #include "cache/eviction.h"
@@ -66,11 +67,11 @@ struct Piece {
 struct Inflight {
   explicit Inflight(const SourceIdentity& identity) : id(identity) {}
   const SourceIdentity id;
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  bool done = false;  // GUARDED_BY(mu)
-  bool ok = false;    // GUARDED_BY(mu)
-  Piece piece;        // GUARDED_BY(mu)
+  bool done GUARDED_BY(mu) = false;
+  bool ok GUARDED_BY(mu) = false;
+  Piece piece GUARDED_BY(mu);
 };
 
 std::unique_ptr<EvictionPolicy> MakePolicy(RamPolicy policy) {
@@ -161,9 +162,9 @@ class CacheImpl final : public Cache {
   const std::shared_ptr<IoEngine> io_;
   const std::unique_ptr<RamTier> ram_;
 
-  std::mutex inflight_mu_;
+  Mutex inflight_mu_;
   std::unordered_map<ChunkKey, std::shared_ptr<Inflight>, ChunkKeyHash>
-      inflight_;  // GUARDED_BY(inflight_mu_)
+      inflight_ GUARDED_BY(inflight_mu_);
 
   std::atomic<uint32_t> demand_fills_{0};
   std::atomic<uint64_t> ram_hits_{0}, ram_hit_bytes_{0};
@@ -282,7 +283,7 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
   };
   std::vector<Claim> claims;
   {
-    std::lock_guard<std::mutex> lock(inflight_mu_);
+    MutexLock lock(inflight_mu_);
     for (size_t i : missing) {
       const ChunkKey key = KeyOf(file, first + i);
       auto it = inflight_.find(key);
@@ -332,8 +333,8 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
   std::vector<size_t> retry;  // the leader failed; its error may be its own (its fd)
   for (const Claim& claim : claims) {
     if (claim.leader) continue;
-    std::unique_lock<std::mutex> lock(claim.inflight->mu);
-    claim.inflight->cv.wait(lock, [&] { return claim.inflight->done; });
+    MutexLock lock(claim.inflight->mu);
+    while (!claim.inflight->done) lock.Wait(claim.inflight->cv);
     if (claim.inflight->ok) {
       pieces[claim.i] = claim.inflight->piece;
     } else {
@@ -388,13 +389,13 @@ void CacheImpl::Publish(const ChunkKey& key, const std::shared_ptr<Inflight>& in
                         const Piece& piece) {
   if (!inflight) return;
   {
-    std::lock_guard<std::mutex> lock(inflight->mu);
+    MutexLock lock(inflight->mu);
     inflight->done = true;
     inflight->ok = ok;
     if (ok) inflight->piece = piece;
   }
   inflight->cv.notify_all();
-  std::lock_guard<std::mutex> lock(inflight_mu_);
+  MutexLock lock(inflight_mu_);
   auto it = inflight_.find(key);
   if (it != inflight_.end() && it->second == inflight) inflight_.erase(it);
 }

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/thread_annotations.h"
+
 namespace epochfs::cache {
 namespace {
 
@@ -132,8 +134,8 @@ class Ring {
 };
 
 // Engines alive now, so a thread can drop rings it made for engines that are gone.
-std::mutex g_live_engines_mu;
-std::unordered_set<uint64_t> g_live_engines;
+Mutex g_live_engines_mu;
+std::unordered_set<uint64_t> g_live_engines GUARDED_BY(g_live_engines_mu);
 std::atomic<uint64_t> g_next_engine_id{1};
 
 // This thread's rings, one per engine; destroyed when the thread exits.
@@ -223,11 +225,11 @@ void RunTransfers(io_uring* ring, std::span<Transfer> xfers) {
 class IoUringIoEngine final : public IoEngine {
  public:
   IoUringIoEngine() : id_(g_next_engine_id.fetch_add(1)) {
-    std::lock_guard<std::mutex> lock(g_live_engines_mu);
+    MutexLock lock(g_live_engines_mu);
     g_live_engines.insert(id_);
   }
   ~IoUringIoEngine() override {
-    std::lock_guard<std::mutex> lock(g_live_engines_mu);
+    MutexLock lock(g_live_engines_mu);
     g_live_engines.erase(id_);
   }
 
@@ -293,9 +295,12 @@ class IoUringIoEngine final : public IoEngine {
     }
     {
       // Rings made for engines that no longer exist are only reachable from here.
-      std::lock_guard<std::mutex> lock(g_live_engines_mu);
+      MutexLock lock(g_live_engines_mu);
       std::erase_if(t_rings.rings,
-                    [](const auto& entry) { return g_live_engines.count(entry.first) == 0; });
+                    [](const auto& entry) {
+                      g_live_engines_mu.AssertHeld();  // called back under the lock above
+                      return g_live_engines.count(entry.first) == 0;
+                    });
     }
     int err = 0;
     std::unique_ptr<Ring> ring = Ring::Create(&err);

@@ -16,7 +16,7 @@ void RamTier::EraseLocked(Map::iterator it, std::vector<ChunkBytes>* released) {
 
 std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
   std::vector<ChunkBytes> released;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   if (it->second.id != id) {
@@ -32,7 +32,7 @@ bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes b
   const uint64_t need = bytes.footprint();
   if (need > budget_ || bytes.owner == nullptr) return false;
   std::vector<ChunkBytes> released;  // freed after the lock is dropped
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = entries_.find(key); it != entries_.end()) EraseLocked(it, &released);
   if (bytes_ + need > budget_) {
     if (!policy_->AdmitWhenFull(key, need)) return false;
@@ -53,7 +53,7 @@ bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes b
 bool RamTier::InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
   const uint64_t need = bytes.footprint();
   if (bytes.owner == nullptr) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (bytes_ + need > budget_ || entries_.count(key) != 0) return false;
   entries_.emplace(key, Entry{id, std::move(bytes)});
   bytes_ += need;
@@ -62,18 +62,18 @@ bool RamTier::InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkB
 }
 
 bool RamTier::Contains(const ChunkKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return entries_.count(key) != 0;
 }
 
 bool RamTier::HasRoomFor(uint64_t bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return bytes_ + bytes <= budget_;
 }
 
 void RamTier::EraseFile(uint64_t dev, uint64_t ino) {
   std::vector<ChunkBytes> released;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.lower_bound(ChunkKey{dev, ino, 0});
   while (it != entries_.end() && it->first.dev == dev && it->first.ino == ino) {
     auto next = std::next(it);
@@ -83,7 +83,7 @@ void RamTier::EraseFile(uint64_t dev, uint64_t ino) {
 }
 
 RamTier::Stats RamTier::GetStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return Stats{bytes_, entries_.size(), evictions_, stale_};
 }
 

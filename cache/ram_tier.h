@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "cache/cache.h"
 #include "cache/chunk_bytes.h"
 #include "cache/eviction.h"
@@ -65,15 +66,15 @@ class RamTier {
   using Map = std::map<ChunkKey, Entry>;  // ordered: a file's chunks are one range
 
   // Removes `it`, moving its bytes to `released` so they are freed after unlocking.
-  void EraseLocked(Map::iterator it, std::vector<ChunkBytes>* released);
+  void EraseLocked(Map::iterator it, std::vector<ChunkBytes>* released) REQUIRES(mu_);
 
   const uint64_t budget_;
-  mutable std::mutex mu_;
-  Map entries_;                             // GUARDED_BY(mu_)
-  std::unique_ptr<EvictionPolicy> policy_;  // GUARDED_BY(mu_)
-  uint64_t bytes_ = 0;                      // GUARDED_BY(mu_)
-  uint64_t evictions_ = 0;                  // GUARDED_BY(mu_)
-  uint64_t stale_ = 0;                      // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Map entries_ GUARDED_BY(mu_);
+  std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ GUARDED_BY(mu_) = 0;
+  uint64_t stale_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace epochfs::cache

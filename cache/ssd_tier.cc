@@ -74,7 +74,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, Io
 
 SsdTier::~SsdTier() {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -110,7 +110,7 @@ Status SsdTier::Recover() {
                  (options_.dir / "index").string(), loaded.ToString());
     index_.reset();
     {
-      std::lock_guard<std::mutex> lock(meta_mu_);
+      MutexLock lock(meta_mu_);
       packs_.clear();
       pack_bytes_ = 0;
       live_entries_ = 0;
@@ -120,6 +120,9 @@ Status SsdTier::Recover() {
     loaded = LoadIndex(pack_sizes, &rebuild);
   }
   EPOCHFS_RETURN_IF_ERROR(loaded);
+  // The writer has not started yet, so nothing contends for meta_mu_; it is held for
+  // the accounting below because that state is GUARDED_BY it.
+  MutexLock lock(meta_mu_);
   if (rebuild) {
     // Every valid entry of every pack was just indexed: a pack without records
     // holds nothing that can ever be served.
@@ -151,7 +154,7 @@ Status SsdTier::LoadIndex(const std::map<uint32_t, uint64_t>& pack_sizes, bool* 
   if (*rebuild) EPOCHFS_RETURN_IF_ERROR(RebuildIndex(pack_sizes));
   if (!index_->initialised()) EPOCHFS_RETURN_IF_ERROR(index_->MarkInitialised());
 
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   for (const auto& [id, size] : pack_sizes) {
     PackInfo& info = packs_[id];
     info.file_bytes = size;
@@ -163,6 +166,7 @@ Status SsdTier::LoadIndex(const std::map<uint32_t, uint64_t>& pack_sizes, bool* 
   IndexBatch dangling;
   EPOCHFS_RETURN_IF_ERROR(index_->ForEach(
       [&](const ChunkKey& key, const IndexRecord& record) {
+        meta_mu_.AssertHeld();  // ForEach calls back synchronously, under our lock
         auto it = packs_.find(record.pack_id);
         if (it == packs_.end() || record.offset + EntryLen(record) > it->second.file_bytes) {
           dangling.Delete(key);
@@ -222,7 +226,7 @@ Status SsdTier::RebuildIndex(const std::map<uint32_t, uint64_t>& pack_sizes) {
   return Status::Ok();
 }
 
-// REQUIRES meta_mu_ (called from Recover only).
+// Called from Recover only.
 Status SsdTier::EvictOldestPacksOverBudget() {
   const uint64_t limit = options_.disk_budget > reserve_ ? options_.disk_budget - reserve_ : 0;
   if (pack_bytes_ <= options_.disk_budget) return Status::Ok();
@@ -266,7 +270,7 @@ void SsdTier::AddLiveLocked(const IndexRecord& record, int64_t sign) {
 }
 
 Result<std::shared_ptr<PackReader>> SsdTier::ReaderFor(uint32_t pack_id) {
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   auto it = packs_.find(pack_id);
   if (it == packs_.end()) return Status::NotFound(fmt::format("pack {} is gone", pack_id));
   if (it->second.reader) return it->second.reader;
@@ -333,7 +337,7 @@ void SsdTier::EntryCorrupt(const ChunkKey& key, const IndexRecord& rec, const St
 
 std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     auto it = pending_.find(key);
     if (it != pending_.end() && it->second.id == id) return it->second.bytes;
   }
@@ -387,16 +391,16 @@ class RunBuffer {
 class SsdTier::StreamBuffers {
  public:
   StreamBuffers(SsdTier& tier, uint64_t bytes) : tier_(tier), bytes_(bytes) {
-    std::unique_lock lock(tier_.stream_mu_);
-    tier_.stream_cv_.wait(lock, [&] {
-      return tier_.stream_buffers_ == 0 ||
-             tier_.stream_buffers_ + bytes_ <= tier_.options_.stream_buffer_bytes;
-    });
+    MutexLock lock(tier_.stream_mu_);
+    while (tier_.stream_buffers_ != 0 &&
+           tier_.stream_buffers_ + bytes_ > tier_.options_.stream_buffer_bytes) {
+      lock.Wait(tier_.stream_cv_);
+    }
     tier_.stream_buffers_ += bytes_;
   }
   ~StreamBuffers() {
     {
-      std::lock_guard lock(tier_.stream_mu_);
+      MutexLock lock(tier_.stream_mu_);
       tier_.stream_buffers_ -= bytes_;
     }
     tier_.stream_cv_.notify_all();
@@ -422,7 +426,7 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
     const StreamItem& item = items[i];
     std::optional<ChunkBytes> pending;
     {
-      std::lock_guard<std::mutex> lock(queue_mu_);
+      MutexLock lock(queue_mu_);
       auto it = pending_.find(item.key);
       if (it != pending_.end() && it->second.id == item.id) pending = it->second.bytes;
     }
@@ -586,7 +590,7 @@ Result<ChunkBytes> SsdTier::ReadWithNeighbours(const PackReader& reader, const C
 void SsdTier::DropRecord(const ChunkKey& key, const IndexRecord& record, DropReason reason) {
   bool dropped = false;
   {
-    std::lock_guard<std::mutex> lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     // Only the record we looked at: a writer may have replaced it meanwhile.
     Result<std::optional<IndexRecord>> current = index_->Get(key);
     if (current.ok() && *current && (*current)->SameLocation(record) && index_->Delete(key).ok()) {
@@ -611,15 +615,16 @@ void SsdTier::DropRecord(const ChunkKey& key, const IndexRecord& record, DropRea
 
 void SsdTier::Invalidate(uint64_t dev, uint64_t ino) {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     std::erase_if(pending_, [&](const auto& entry) {
+      queue_mu_.AssertHeld();  // erase_if calls back synchronously, under our lock
       if (entry.first.dev != dev || entry.first.ino != ino) return false;
       pending_bytes_ -= entry.second.bytes.footprint();
       return true;
     });
   }
   space_cv_.notify_all();
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   Result<std::vector<std::pair<ChunkKey, IndexRecord>>> deleted = index_->DeleteFile(dev, ino);
   if (!deleted.ok()) {
     spdlog::warn("cache: invalidating ino {}: {}", ino, deleted.status().ToString());
@@ -638,14 +643,19 @@ bool SsdTier::Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes 
     return false;
   }
   {
-    std::unique_lock<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     const uint64_t footprint = bytes.footprint();
     // A full queue means the source is outrunning the cache disk: wait for the writer
     // (the fill then goes at the disk's pace) rather than drop what was just read and
     // read it from the source again next epoch. Only a writer stuck that long drops.
-    const bool room = space_cv_.wait_for(lock, options_.max_enqueue_wait, [&] {
-      return stop_ || DegradedNow() || pending_bytes_ + footprint <= options_.max_pending_bytes;
-    });
+    const auto deadline = std::chrono::steady_clock::now() + options_.max_enqueue_wait;
+    bool room = true;
+    while (!stop_ && !DegradedNow() && pending_bytes_ + footprint > options_.max_pending_bytes) {
+      if (lock.WaitUntil(space_cv_, deadline) == std::cv_status::timeout) {
+        room = stop_ || DegradedNow() || pending_bytes_ + footprint <= options_.max_pending_bytes;
+        break;
+      }
+    }
     if (stop_ || DegradedNow() || !room) {
       ++writes_dropped_;
       return false;
@@ -663,13 +673,13 @@ bool SsdTier::Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes 
 
 Status SsdTier::Flush() {
   {
-    std::unique_lock<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     const uint64_t generation = ++flush_requested_;
     work_cv_.notify_one();
-    flushed_cv_.wait(lock, [&] { return flush_done_ >= generation; });
+    while (flush_done_ < generation) lock.Wait(flushed_cv_);
   }
   if (degraded_) {
-    std::lock_guard<std::mutex> lock(reason_mu_);
+    MutexLock lock(reason_mu_);
     return degraded_status_;
   }
   return Status::Ok();
@@ -678,7 +688,7 @@ Status SsdTier::Flush() {
 SsdStats SsdTier::GetStats() const {
   SsdStats s;
   {
-    std::lock_guard<std::mutex> lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     s.bytes = pack_bytes_;
     s.entries = live_entries_;
     s.packs = packs_.size();
@@ -700,7 +710,7 @@ SsdStats SsdTier::GetStats() const {
   s.index_rebuilt = index_rebuilt_after_corruption_;
   s.degraded = degraded_;
   if (s.degraded) {
-    std::lock_guard<std::mutex> lock(reason_mu_);
+    MutexLock lock(reason_mu_);
     s.degraded_reason = degraded_status_.ToString();
   }
   return s;
@@ -710,24 +720,24 @@ SsdStats SsdTier::GetStats() const {
 // Write path: the writer thread
 
 void SsdTier::WriterLoop() {
-  std::unique_lock<std::mutex> lock(queue_mu_);
+  MutexLock lock(queue_mu_);
   for (;;) {
     if (!queue_.empty()) {
       Item item = std::move(queue_.front());
       queue_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       WriteItem(std::move(item));
       if (SyncDue()) SyncAndIndex();
-      lock.lock();
+      lock.Lock();
       continue;
     }
     const uint64_t flush_target = flush_requested_;
     const bool stopping = stop_;
     if (flush_target > flush_done_ || stopping || SyncDue()) {
-      lock.unlock();
+      lock.Unlock();
       SyncAndIndex();
       if (stopping) SealActive();
-      lock.lock();
+      lock.Lock();
       flush_done_ = std::max(flush_done_, flush_target);
       flushed_cv_.notify_all();
       if (stopping && queue_.empty()) break;
@@ -736,14 +746,14 @@ void SsdTier::WriterLoop() {
     if (unsynced_.empty()) {
       // Idle with everything indexed: the buffers of the burst just written are free
       // but sit in malloc's arenas, counted in the daemon's RSS. Hand them back.
-      lock.unlock();
+      lock.Unlock();
       ::malloc_trim(0);
-      lock.lock();
+      lock.Lock();
       if (!queue_.empty() || stop_ || flush_requested_ > flush_done_) continue;
-      work_cv_.wait(lock);
+      lock.Wait(work_cv_);
     } else {
-      work_cv_.wait_until(
-          lock, first_unsynced_at_ + std::chrono::milliseconds(options_.sync_interval_ms));
+      lock.WaitUntil(work_cv_,
+                     first_unsynced_at_ + std::chrono::milliseconds(options_.sync_interval_ms));
     }
   }
   // Release Flush() callers that arrived after the last round.
@@ -758,7 +768,7 @@ void SsdTier::EnterDegraded(const Status& why) {
       NowNs() +
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.degraded_retry).count();
   {
-    std::lock_guard<std::mutex> lock(reason_mu_);
+    MutexLock lock(reason_mu_);
     degraded_status_ = why.code() == Code::kNoSpace ? Status::NoSpace(why.message())
                                                     : Status::IoError(why.message(), why.err());
   }
@@ -788,7 +798,7 @@ bool SsdTier::FreeSpaceOk(std::string* reason) const {
 
 void SsdTier::DropItem(const Item& item) {
   ++writes_dropped_;
-  std::lock_guard<std::mutex> lock(queue_mu_);
+  MutexLock lock(queue_mu_);
   auto it = pending_.find(item.key);
   if (it != pending_.end() && it->second.seq == item.seq) {
     pending_bytes_ -= it->second.bytes.footprint();
@@ -860,7 +870,7 @@ Result<uint64_t> SsdTier::AppendToActive(const EntryHeader* header, std::span<co
     SealActive();  // keeps (syncs and indexes) what was written before the failure
     return offset.status();
   }
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   PackInfo& info = packs_[active_->id()];
   pack_bytes_ += active_->size() - info.file_bytes;
   info.file_bytes = active_->size();
@@ -886,7 +896,7 @@ bool SsdTier::EnsureActivePack(uint64_t entry_len) {
     return false;
   }
   active_ = std::move(writer).value();
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   PackInfo& info = packs_[id];
   info.file_bytes = active_->size();
   info.sealed = false;
@@ -902,7 +912,7 @@ void SsdTier::SealActive() {
     if (!st.ok()) EnterDegraded(st);
   }
   {
-    std::lock_guard<std::mutex> lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     auto it = packs_.find(active_->id());
     if (it != packs_.end()) it->second.sealed = true;
   }
@@ -928,14 +938,14 @@ void SsdTier::SyncAndIndex() {
   // fill of the same key) while it was on its way is left as dead pack bytes.
   std::vector<bool> wanted(batch_entries.size(), false);
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     for (size_t i = 0; i < batch_entries.size(); ++i) {
       auto it = pending_.find(batch_entries[i].key);
       wanted[i] = synced.ok() && it != pending_.end() && it->second.seq == batch_entries[i].seq;
     }
   }
   if (synced.ok()) {
-    std::lock_guard<std::mutex> lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     IndexBatch batch;
     std::vector<std::pair<IndexRecord, int64_t>> live_deltas;
     for (size_t i = 0; i < batch_entries.size(); ++i) {
@@ -957,7 +967,7 @@ void SsdTier::SyncAndIndex() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     for (size_t i = 0; i < batch_entries.size(); ++i) {
       auto it = pending_.find(batch_entries[i].key);
       if (it != pending_.end() && it->second.seq == batch_entries[i].seq) {
@@ -978,7 +988,7 @@ bool SsdTier::MakeRoom(uint64_t need) {
     double victim_live_fraction = 1.0;
     bool have_victim = false;
     {
-      std::lock_guard<std::mutex> lock(meta_mu_);
+      MutexLock lock(meta_mu_);
       if (pack_bytes_ + need <= limit) return true;
       if (full_) return false;
       for (const auto& [id, info] : packs_) {
@@ -1048,7 +1058,7 @@ Status SsdTier::CompactPack(uint32_t pack_id) {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     IndexBatch batch;
     std::vector<std::pair<IndexRecord, int64_t>> live_deltas;
     for (const Move& m : moves) {
@@ -1066,7 +1076,7 @@ Status SsdTier::CompactPack(uint32_t pack_id) {
   if (::unlink(path.c_str()) != 0) {
     return Status::FromErrno(errno, "unlink " + path.string());
   }
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   auto it = packs_.find(pack_id);
   if (it != packs_.end()) {
     live_entries_ -= it->second.live_entries;  // records the scan could not move
@@ -1084,7 +1094,7 @@ void SsdTier::EvictPackWhole(uint32_t pack_id) {
     full_ = true;  // do not try again for every entry
     return;
   }
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   auto it = packs_.find(pack_id);
   if (it == packs_.end()) return;
   evictions_ += it->second.live_entries;

@@ -68,6 +68,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
+#include "base/thread_annotations.h"
 #include "cache/cache.h"
 #include "cache/chunk_bytes.h"
 #include "cache/eviction.h"
@@ -75,7 +77,6 @@
 #include "cache/io_engine.h"
 #include "cache/pack.h"
 #include "cache/ram_tier.h"
-#include "base/status.h"
 
 namespace epochfs::cache {
 
@@ -203,7 +204,7 @@ class SsdTier {
   // record against `pack_sizes`; sets `rebuild` when it was rebuilt. kCorruption when
   // a table of the index is damaged.
   Status LoadIndex(const std::map<uint32_t, uint64_t>& pack_sizes, bool* rebuild);
-  Status EvictOldestPacksOverBudget();
+  Status EvictOldestPacksOverBudget() REQUIRES(meta_mu_);
 
   // Read path.
   Result<std::shared_ptr<PackReader>> ReaderFor(uint32_t pack_id);
@@ -223,7 +224,7 @@ class SsdTier {
   // with its location when anything disagrees.
   Result<ChunkBytes> DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
                                     const ChunkKey& key, const IndexRecord& rec) const;
-  void AddLiveLocked(const IndexRecord& record, int64_t sign);  // REQUIRES meta_mu_
+  void AddLiveLocked(const IndexRecord& record, int64_t sign) REQUIRES(meta_mu_);
 
   // Writer thread.
   void WriterLoop();
@@ -251,23 +252,23 @@ class SsdTier {
   RamTier* const ram_;
   std::unique_ptr<Index> index_;
 
-  mutable std::mutex meta_mu_;
-  std::map<uint32_t, PackInfo> packs_;  // GUARDED_BY(meta_mu_)
-  uint64_t pack_bytes_ = 0;             // GUARDED_BY(meta_mu_)
-  uint64_t live_entries_ = 0;           // GUARDED_BY(meta_mu_)
+  mutable Mutex meta_mu_;
+  std::map<uint32_t, PackInfo> packs_ GUARDED_BY(meta_mu_);
+  uint64_t pack_bytes_ GUARDED_BY(meta_mu_) = 0;
+  uint64_t live_entries_ GUARDED_BY(meta_mu_) = 0;
   std::atomic<bool> full_{false};       // no room and nothing worth compacting
 
-  mutable std::mutex queue_mu_;
+  mutable Mutex queue_mu_;
   std::condition_variable work_cv_;                              // the writer waits here
   std::condition_variable flushed_cv_;                           // Flush() waits here
   std::condition_variable space_cv_;  // Enqueue() waits here for pending_bytes_ to fall
-  std::deque<Item> queue_;                                       // GUARDED_BY(queue_mu_)
-  std::unordered_map<ChunkKey, Pending, ChunkKeyHash> pending_;  // GUARDED_BY(queue_mu_)
-  uint64_t pending_bytes_ = 0;                                   // GUARDED_BY(queue_mu_)
-  uint64_t next_seq_ = 1;                                        // GUARDED_BY(queue_mu_)
-  uint64_t flush_requested_ = 0;                                 // GUARDED_BY(queue_mu_)
-  uint64_t flush_done_ = 0;                                      // GUARDED_BY(queue_mu_)
-  bool stop_ = false;                                            // GUARDED_BY(queue_mu_)
+  std::deque<Item> queue_ GUARDED_BY(queue_mu_);
+  std::unordered_map<ChunkKey, Pending, ChunkKeyHash> pending_ GUARDED_BY(queue_mu_);
+  uint64_t pending_bytes_ GUARDED_BY(queue_mu_) = 0;
+  uint64_t next_seq_ GUARDED_BY(queue_mu_) = 1;
+  uint64_t flush_requested_ GUARDED_BY(queue_mu_) = 0;
+  uint64_t flush_done_ GUARDED_BY(queue_mu_) = 0;
+  bool stop_ GUARDED_BY(queue_mu_) = false;
 
   // Writer thread only.
   std::unique_ptr<PackWriter> active_;
@@ -281,8 +282,8 @@ class SsdTier {
   std::atomic<bool> degraded_{false};
   std::atomic<bool> degraded_logged_{false};  // the warning of this episode is out
   std::atomic<int64_t> retry_at_ns_{0};       // steady_clock
-  mutable std::mutex reason_mu_;
-  Status degraded_status_;  // GUARDED_BY(reason_mu_); why the tier is degraded
+  mutable Mutex reason_mu_;
+  Status degraded_status_ GUARDED_BY(reason_mu_);  // why the tier is degraded
 
   // Counters.
   std::atomic<uint64_t> evictions_{0};
@@ -290,9 +291,9 @@ class SsdTier {
   std::atomic<uint64_t> packs_reclaimed_{0}, stale_{0}, corrupt_{0}, read_errors_{0};
   std::atomic<uint64_t> compressed_{0}, read_around_{0};
   std::atomic<uint64_t> streamed_{0}, stream_ios_{0}, stream_bytes_{0};
-  std::mutex stream_mu_;
+  Mutex stream_mu_;
   std::condition_variable stream_cv_;
-  uint64_t stream_buffers_ = 0;  // GUARDED_BY(stream_mu_): bytes of run buffers held
+  uint64_t stream_buffers_ GUARDED_BY(stream_mu_) = 0;  // bytes of run buffers held
   std::atomic<uint64_t> corrupt_logged_{0};
   uint64_t dangling_records_ = 0;              // set during Recover() only
   bool index_rebuilt_after_corruption_ = false;  // set during Recover() only

@@ -13,6 +13,7 @@
 #include <system_error>
 #include <thread>
 
+#include "base/thread_annotations.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 
@@ -104,7 +105,7 @@ int RunWarm(const WarmOptions& options) {
 
   std::atomic<size_t> next{0}, done_files{0}, failed{0};
   std::atomic<uint64_t> done_bytes{0};
-  std::mutex err_mu;
+  Mutex err_mu;
   auto worker = [&] {
     std::vector<char> buf(1 << 20);
     for (size_t i = next++; i < files.size(); i = next++) {
@@ -121,7 +122,7 @@ int RunWarm(const WarmOptions& options) {
         done_bytes += static_cast<uint64_t>(n);
       }
       if (!ok) {
-        std::lock_guard lock(err_mu);
+        MutexLock lock(err_mu);
         fmt::print(stderr, "epochfs: warm: {}: {}\n", path.string(), std::strerror(errno));
         ++failed;
       }

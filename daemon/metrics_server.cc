@@ -87,7 +87,7 @@ Result<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
 
 MetricsExporter::~MetricsExporter() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   stop_cv_.notify_all();
@@ -190,17 +190,21 @@ Status MetricsExporter::WriteTextfile() {
 
 void MetricsExporter::WriteTextfileLoop() {
   bool warned = false;
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   while (true) {
     const auto interval = std::chrono::duration<double>(options_.textfile_interval_s);
-    if (stop_cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
-    lock.unlock();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::ceil<std::chrono::steady_clock::duration>(interval);
+    while (!stopping_ && lock.WaitUntil(stop_cv_, deadline) == std::cv_status::no_timeout) {
+    }
+    if (stopping_) return;
+    lock.Unlock();
     Status st = WriteTextfile();
     if (!st.ok() && !warned) {
       spdlog::warn("{} (logged once)", st.ToString());  // one line, not one per 10 s
       warned = true;
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

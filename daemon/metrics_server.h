@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 
 namespace epochfs::daemon {
@@ -71,9 +72,9 @@ class MetricsExporter {
   UniqueFd listen_fd_;
   UniqueFd stop_fd_;  // eventfd: wakes the server's poll on shutdown
   uint16_t port_ = 0;
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;  // GUARDED_BY(mutex_)
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::thread server_;
   std::thread textfile_writer_;
 };

@@ -26,23 +26,27 @@ StatusReporter::StatusReporter(std::function<std::string()> status,
                                std::chrono::milliseconds interval) {
   if (std::getenv("NOTIFY_SOCKET") == nullptr) return;
   thread_ = std::thread([this, status = std::move(status), interval] {
-    std::unique_lock lock(mutex_);
-    while (!stop_cv_.wait_for(lock, interval, [&] { return stopping_; })) {
-      lock.unlock();
+    MutexLock lock(mutex_);
+    for (;;) {
+      const auto deadline = std::chrono::steady_clock::now() + interval;
+      while (!stopping_ && lock.WaitUntil(stop_cv_, deadline) == std::cv_status::no_timeout) {
+      }
+      if (stopping_) break;
+      lock.Unlock();
       try {
         sd_notify(0, ("STATUS=" + status()).c_str());
       } catch (const std::exception& e) {
         // A status line is a courtesy; it must never end the daemon.
         spdlog::debug("status line: {}", e.what());
       }
-      lock.lock();
+      lock.Lock();
     }
   });
 }
 
 StatusReporter::~StatusReporter() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   stop_cv_.notify_all();

@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "base/thread_annotations.h"
+
 namespace epochfs::daemon {
 
 void NotifyReady(const std::string& status_line);
@@ -31,9 +33,9 @@ class StatusReporter {
   StatusReporter& operator=(const StatusReporter&) = delete;
 
  private:
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;  // GUARDED_BY(mutex_)
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

@@ -50,7 +50,7 @@ ChangeWatcher::~ChangeWatcher() {
 }
 
 void ChangeWatcher::Watch(const Inode& dir) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (wd_by_nodeid_.count(dir.nodeid)) return;
   // inotify takes a path; the O_PATH fd's /proc link names exactly this directory even
   // when the source is hidden under the mount.
@@ -73,7 +73,7 @@ void ChangeWatcher::Watch(const Inode& dir) {
 }
 
 void ChangeWatcher::Unwatch(const Inode& dir) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = wd_by_nodeid_.find(dir.nodeid);
   if (it == wd_by_nodeid_.end()) return;
   ::inotify_rm_watch(inotify_fd_.get(), it->second);
@@ -83,7 +83,7 @@ void ChangeWatcher::Unwatch(const Inode& dir) {
 
 void ChangeWatcher::InvalidateLater(uint64_t nodeid) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     later_.push_back(nodeid);
   }
   const uint64_t one = 1;
@@ -92,7 +92,7 @@ void ChangeWatcher::InvalidateLater(uint64_t nodeid) {
 }
 
 uint64_t ChangeWatcher::watched() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return wd_by_nodeid_.size();
 }
 
@@ -114,7 +114,7 @@ void ChangeWatcher::Run() {
       (void)ignored;  // the queue below is what counts
       std::vector<uint64_t> nodes;
       {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         nodes.swap(later_);
       }
       std::sort(nodes.begin(), nodes.end());
@@ -145,7 +145,7 @@ void ChangeWatcher::Run() {
 void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
   uint64_t parent_nodeid;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = nodeid_by_wd_.find(wd);
     if (it == nodeid_by_wd_.end()) return;
     parent_nodeid = it->second;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/counters.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "fs/inode_table.h"
 
@@ -77,10 +78,10 @@ class ChangeWatcher {
   UniqueFd later_fd_;  // an eventfd: InvalidateLater() queued something
   const InodeTable& table_;
   Invalidator& invalidator_;
-  mutable std::mutex mutex_;
-  std::unordered_map<int, uint64_t> nodeid_by_wd_;  // GUARDED_BY(mutex_)
-  std::unordered_map<uint64_t, int> wd_by_nodeid_;  // GUARDED_BY(mutex_)
-  std::vector<uint64_t> later_;                     // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::unordered_map<int, uint64_t> nodeid_by_wd_ GUARDED_BY(mutex_);
+  std::unordered_map<uint64_t, int> wd_by_nodeid_ GUARDED_BY(mutex_);
+  std::vector<uint64_t> later_ GUARDED_BY(mutex_);
   std::atomic<uint64_t> identity_invalidations_{0};
   std::atomic<uint64_t> events_{0};
   std::atomic<uint64_t> watch_failures_{0};

@@ -41,7 +41,7 @@ struct ::stat ControlDir::Attr(uint64_t nodeid) const {
 
 std::shared_ptr<const std::string> ControlDir::PaddedSnapshot(uint64_t nodeid, bool fresh) const {
   if (!fresh) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = latest_.find(nodeid);
     if (it != latest_.end()) return it->second;
   }
@@ -49,7 +49,7 @@ std::shared_ptr<const std::string> ControlDir::PaddedSnapshot(uint64_t nodeid, b
   if (content.size() < kPaddedSize) content.resize(kPaddedSize, ' ');
   content.resize(kPaddedSize);  // never more than the size the kernel was told
   auto snapshot = std::make_shared<const std::string>(std::move(content));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   latest_[nodeid] = snapshot;
   return snapshot;
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 
 namespace epochfs::fs {
 
@@ -73,9 +74,9 @@ class ControlDir {
   std::vector<File> files_;
   uid_t uid_;
   gid_t gid_;
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   mutable std::unordered_map<uint64_t, std::shared_ptr<const std::string>>
-      latest_;  // GUARDED_BY(mutex_)
+      latest_ GUARDED_BY(mutex_);
 };
 
 }  // namespace epochfs::fs

@@ -9,7 +9,7 @@ namespace epochfs::fs {
 HandleFds::HandleFds(size_t max_open) : max_open_(std::max<size_t>(1, max_open)) {}
 
 size_t HandleFds::open() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return open_;
 }
 
@@ -24,7 +24,7 @@ void HandleFds::ShrinkLocked() {
 }
 
 void HandleFds::Release(FileHandle& handle) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (--handle.pins_ == 0 && handle.fd_) {
     handle.idle_pos_ = idle_.insert(idle_.end(), &handle);
     handle.idle_listed_ = true;
@@ -44,7 +44,7 @@ FileHandle::FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceI
       reopen_(std::move(reopen)),
       id_(id) {
   inode_->open_handles.fetch_add(1);
-  std::lock_guard lock(fds_.mutex_);
+  MutexLock lock(fds_.mutex_);
   fd_ = std::move(fd);
   if (fd_) {
     fds_.open_++;
@@ -56,14 +56,14 @@ FileHandle::FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceI
 
 FileHandle::~FileHandle() {
   inode_->open_handles.fetch_sub(1);
-  std::lock_guard lock(fds_.mutex_);
+  MutexLock lock(fds_.mutex_);
   if (idle_listed_) fds_.idle_.erase(idle_pos_);
   if (fd_) fds_.open_--;
 }
 
 Result<FdLease> FileHandle::Fd() {
   {
-    std::lock_guard lock(fds_.mutex_);
+    MutexLock lock(fds_.mutex_);
     if (fd_) {
       if (idle_listed_) {
         fds_.idle_.erase(idle_pos_);
@@ -78,7 +78,7 @@ Result<FdLease> FileHandle::Fd() {
   auto reopened = reopen_(*inode_, flags_);
   if (!reopened.ok()) return reopened.status();
   fds_.reopens_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(fds_.mutex_);
+  MutexLock lock(fds_.mutex_);
   if (!fd_) {  // another request of this handle may have reopened it meanwhile
     fd_ = std::move(*reopened);
     fds_.open_++;

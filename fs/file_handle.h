@@ -22,8 +22,9 @@
 #include <memory>
 #include <mutex>
 
-#include "cache/cache.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
+#include "cache/cache.h"
 #include "fs/inode_table.h"
 
 namespace epochfs::fs {
@@ -45,13 +46,13 @@ class HandleFds {
   friend class FileHandle;
   friend class FdLease;
   void Release(FileHandle& handle);
-  // REQUIRES mutex_: closes idle fds, least recently used first, down to the budget.
-  void ShrinkLocked();
+  // Closes idle fds, least recently used first, down to the budget.
+  void ShrinkLocked() REQUIRES(mutex_);
 
   const size_t max_open_;
-  mutable std::mutex mutex_;
-  size_t open_ = 0;                // GUARDED_BY(mutex_): handles holding an fd
-  std::list<FileHandle*> idle_;    // GUARDED_BY(mutex_): holding an fd, unpinned; LRU first
+  mutable Mutex mutex_;
+  size_t open_ GUARDED_BY(mutex_) = 0;  // handles holding an fd
+  std::list<FileHandle*> idle_ GUARDED_BY(mutex_);  // holding an fd, unpinned; LRU first
   std::atomic<uint64_t> reopens_{0};
 };
 
@@ -89,11 +90,11 @@ class FileHandle {
   // The source fd, reopened first if the budget closed it.
   Result<FdLease> Fd();
   cache::SourceIdentity identity() const {
-    std::lock_guard lock(id_mutex_);
+    MutexLock lock(id_mutex_);
     return id_;
   }
   void set_identity(const cache::SourceIdentity& id) {
-    std::lock_guard lock(id_mutex_);
+    MutexLock lock(id_mutex_);
     id_ = id;
   }
 
@@ -105,14 +106,17 @@ class FileHandle {
   const int flags_;  // what the source fd was opened with, O_TRUNC and O_CREAT taken out
   HandleFds& fds_;
   const Reopen reopen_;
-  // Guarded by fds_.mutex_.
+  // Guarded by fds_.mutex_. Not written as GUARDED_BY(fds_.mutex_): HandleFds takes
+  // its own mutex_ and then touches handle.fd_, and the analysis cannot tell that
+  // handle.fds_.mutex_ and this->mutex_ are the same lock, so every such access would
+  // need an assertion instead of a check.
   UniqueFd fd_;
   int pins_ = 0;
   bool idle_listed_ = false;
   std::list<FileHandle*>::iterator idle_pos_;
 
-  mutable std::mutex id_mutex_;
-  cache::SourceIdentity id_;  // GUARDED_BY(id_mutex_)
+  mutable Mutex id_mutex_;
+  cache::SourceIdentity id_ GUARDED_BY(id_mutex_);
 };
 
 }  // namespace epochfs::fs

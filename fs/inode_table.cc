@@ -17,7 +17,7 @@ InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat, uint64_
 }
 
 std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = by_nodeid_.find(nodeid);
   return it == by_nodeid_.end() ? nullptr : it->second;
 }
@@ -25,7 +25,7 @@ std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
 std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent,
                                             const std::string& name, const struct ::stat& st,
                                             UniqueFd path_fd, bool old_name_gone) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   auto it = by_devino_.find(key);
   if (it != by_devino_.end() && old_name_gone && it->second != kRootNodeId) {
@@ -64,7 +64,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
 }
 
 std::shared_ptr<Inode> InodeTable::Forget(uint64_t nodeid, uint64_t n) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (nodeid == kRootNodeId) return nullptr;
   auto it = by_nodeid_.find(nodeid);
   if (it == by_nodeid_.end()) return nullptr;
@@ -81,19 +81,19 @@ std::shared_ptr<Inode> InodeTable::Forget(uint64_t nodeid, uint64_t n) {
 }
 
 std::shared_ptr<Inode> InodeTable::FindBySource(uint64_t dev, uint64_t ino) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = by_devino_.find({dev, ino});
   return it == by_devino_.end() ? nullptr : by_nodeid_.at(it->second);
 }
 
 Location InodeTable::LocationOf(const Inode& inode) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return Location{inode.parent, inode.name};
 }
 
 void InodeTable::Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr<Inode>& new_parent,
                       const std::string& new_name) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   inode->parent = new_parent;
   inode->name = new_name;
 }
@@ -107,7 +107,7 @@ InodeTable::Observation InodeTable::Observe(const Inode& inode) {
   return seen;
 }
 
-bool InodeTable::Overlapped(const Inode& inode, Observation seen) {
+bool InodeTable::Overlapped(const Inode& inode, Observation seen) const {
   return seen.during_change || inode.changes_in_flight.load() > 0 ||
          inode.changes_made.load() != seen.changes_made;
 }
@@ -116,7 +116,7 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
                                                      const cache::SourceIdentity& id,
                                                      Observation seen) {
   const int64_t now = cache::WallClockNs();
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return CacheMatch::kSame;
   auto record = [&] {
     inode.kernel_cache_id = id;
@@ -145,7 +145,7 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
 
 bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,
                                     Observation seen) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return true;
   // Equal, or older than what the kernel holds: the watcher's stat of an event it
   // reads late, after later changes through the mount.
@@ -155,7 +155,7 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
 
 void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made) {
   const int64_t now = cache::WallClockNs();
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   // Without a result (the change failed, or the stat after it did) the recorded identity
   // stays: the next observation compares with it.
   if (made && (!inode.kernel_cache_id || made->ctime_ns >= inode.kernel_cache_id->ctime_ns)) {
@@ -179,12 +179,12 @@ MountChange::~MountChange() {
 }
 
 uint64_t InodeTable::file_fds() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return file_fds_;
 }
 
 size_t InodeTable::size() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return by_nodeid_.size();
 }
 

@@ -26,8 +26,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "cache/cache.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
+#include "cache/cache.h"
 
 namespace epochfs::fs {
 
@@ -50,9 +51,11 @@ struct Inode {
   std::atomic<uint64_t> changes_made{0};
   // Held by an open while it compares the file's identity with the kernel's pages and
   // drops them ("open" mode).
-  std::mutex open_order;
+  Mutex open_order;
 
-  // Guarded by InodeTable::mutex_.
+  // Guarded by InodeTable::mutex_ (of the table that holds this node). Not written as
+  // GUARDED_BY: an Inode does not know its table, so the analysis has no expression
+  // that names that mutex.
   std::shared_ptr<Inode> parent;  // null for the root
   std::string name;               // the last name it was looked up or renamed by
   uint64_t nlookup = 0;
@@ -145,8 +148,9 @@ class InodeTable {
 
  private:
   friend class MountChange;
-  // REQUIRES mutex_.
-  static bool Overlapped(const Inode& inode, Observation seen);
+  // Reads only atomics, but under mutex_ so that it is ordered with the
+  // kernel_cache_id it qualifies.
+  bool Overlapped(const Inode& inode, Observation seen) const REQUIRES(mutex_);
   // Ends a MountChange: records `made`, if known, as the identity the kernel's pages hold.
   void EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made);
 
@@ -158,13 +162,13 @@ class InodeTable {
     size_t operator()(const DevIno& k) const { return k.ino * 0x9E3779B97F4A7C15ull ^ k.dev; }
   };
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::shared_ptr<Inode> root_;
   uint64_t next_nodeid_ = 16;  // ids below 16 are reserved for control nodes
   const uint64_t max_file_fds_;
-  uint64_t file_fds_ = 0;      // GUARDED_BY(mutex_): file nodes in the table holding an fd
-  std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_;  // GUARDED_BY(mutex_)
-  std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_;      // GUARDED_BY(mutex_)
+  uint64_t file_fds_ GUARDED_BY(mutex_) = 0;  // file nodes in the table holding an fd
+  std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_ GUARDED_BY(mutex_);
+  std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_ GUARDED_BY(mutex_);
 };
 
 // Brackets one change the mount makes to a file's source object: a write, truncate,

@@ -12,7 +12,7 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
   std::optional<std::vector<prefetch::PlannedFile>> published;
   Status st;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const Caller caller{uid, gid};
     st = parser_.Write(
         offset, data,
@@ -29,7 +29,7 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
 
 std::string PlanFile::Summary() const {
   const prefetch::PrefetcherStats s = prefetcher_ ? prefetcher_->Stats() : prefetch::PrefetcherStats{};
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return fmt::format("epochfs-plan 1\n# {} entries, position {}, {} plans published, {} refused\n",
                      s.plan_entries, s.plan_position, s.plans_published, refused_);
 }

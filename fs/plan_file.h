@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "fs/source_fs.h"
 #include "prefetcher/plan_parser.h"
 #include "prefetcher/prefetcher.h"
@@ -39,9 +40,9 @@ class PlanFile {
  private:
   SourceFs* const fs_;
   prefetch::Prefetcher* const prefetcher_;
-  mutable std::mutex mu_;
-  prefetch::PlanParser parser_;  // GUARDED_BY(mu_)
-  uint64_t refused_ = 0;         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  prefetch::PlanParser parser_ GUARDED_BY(mu_);
+  uint64_t refused_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace epochfs::fs

@@ -458,7 +458,7 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   if (!inode.ok()) return inode.status();
   // Concurrent opens of one file decide about the kernel's pages one at a time: the
   // open that finds the file changed drops them before another open may keep them.
-  std::lock_guard order((*inode)->open_order);
+  MutexLock order((*inode)->open_order);
   const auto seen = InodeTable::Observe(**inode);
   auto opened = OpenNode(**inode, flags);
   if (!opened.ok()) return opened.status();
@@ -671,7 +671,7 @@ Result<std::unique_ptr<DirHandle>> SourceFs::OpenDir(uint64_t nodeid) {
 }
 
 Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit) {
-  std::lock_guard lock(dh.mutex_);
+  MutexLock lock(dh.mutex_);
   if (offset != dh.position_) {
     ::seekdir(dh.dir_, offset);
     dh.position_ = offset;
@@ -715,7 +715,7 @@ Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitte
 }
 
 Status SourceFs::FsyncDir(DirHandle& dh, bool datasync) {
-  std::lock_guard lock(dh.mutex_);
+  MutexLock lock(dh.mutex_);
   int fd = ::dirfd(dh.dir_);
   int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
   if (rc < 0) return Errno("fsyncdir");

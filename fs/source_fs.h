@@ -29,8 +29,9 @@
 #include <mutex>
 #include <string>
 
-#include "cache/cache.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
+#include "cache/cache.h"
 #include "fs/change_watcher.h"
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"
@@ -60,8 +61,8 @@ class DirHandle {
  private:
   friend class SourceFs;
   std::shared_ptr<Inode> inode_;
-  std::mutex mutex_;  // readdir on one handle is serialised
-  DIR* dir_;          // GUARDED_BY(mutex_); owned
+  Mutex mutex_;  // readdir on one handle is serialised
+  DIR* dir_ GUARDED_BY(mutex_);  // owned
   off_t position_ = 0;
 };
 

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/thread_annotations.h"
 #include "loader/backend.h"
 #include "loader/file_reader.h"
 #include "loader/plan_publisher.h"
@@ -53,14 +54,14 @@ struct Ring {
   std::vector<Slot> slots;  // fixed after Create()
   size_t label_area = 0;    // bytes before the data in each slot
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable reader_cv;    // a slot was freed, or stop
   std::condition_variable consumer_cv;  // a batch is ready, or the epoch ended
-  std::vector<size_t> free_slots;       // GUARDED_BY(mu)
-  std::deque<size_t> ready;             // GUARDED_BY(mu)
-  size_t leased = 0;                    // GUARDED_BY(mu)
-  bool reader_done = true;              // GUARDED_BY(mu)
-  Status error;                         // GUARDED_BY(mu): why the epoch ended early
+  std::vector<size_t> free_slots GUARDED_BY(mu);
+  std::deque<size_t> ready GUARDED_BY(mu);
+  size_t leased GUARDED_BY(mu) = 0;
+  bool reader_done GUARDED_BY(mu) = true;
+  Status error GUARDED_BY(mu);  // why the epoch ended early
   std::atomic<bool> stop{false};        // written under mu, read anywhere
 
   std::atomic<uint64_t> batches{0}, files_read{0}, bytes_read{0};
@@ -69,9 +70,14 @@ struct Ring {
     slots.clear();  // before the backend (declared first) goes
   }
 
+  // Whether Next() has a batch, an end or an error to return without waiting.
+  bool CanReturnLocked() const REQUIRES(mu) {
+    return !ready.empty() || reader_done || leased == slots.size();
+  }
+
   void Release(size_t s) {
     backend->MarkReleased(*slots[s].mem, slots[s].consumer_stream);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     --leased;
     free_slots.push_back(s);
     reader_cv.notify_one();
@@ -133,7 +139,7 @@ class LoaderImpl final : public Loader {
     ++epoch_;
     if (publisher_) Publish(order);
     {
-      std::lock_guard<std::mutex> lock(ring_->mu);
+      MutexLock lock(ring_->mu);
       ring_->stop = false;
       ring_->reader_done = false;
       ring_->error = Status::Ok();
@@ -150,13 +156,10 @@ class LoaderImpl final : public Loader {
     Ring& ring = *ring_;
     size_t s;
     {
-      std::unique_lock<std::mutex> lock(ring.mu);
-      auto can_return = [&] {
-        return !ring.ready.empty() || ring.reader_done || ring.leased == ring.slots.size();
-      };
-      if (!can_return()) {
+      MutexLock lock(ring.mu);
+      if (!ring.CanReturnLocked()) {
         auto t0 = std::chrono::steady_clock::now();
-        ring.consumer_cv.wait(lock, can_return);
+        while (!ring.CanReturnLocked()) lock.Wait(ring.consumer_cv);
         consumer_wait_s_ +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
@@ -186,12 +189,12 @@ class LoaderImpl final : public Loader {
   void Stop() override {
     if (!thread_.joinable()) return;
     {
-      std::lock_guard<std::mutex> lock(ring_->mu);
+      MutexLock lock(ring_->mu);
       ring_->stop = true;
       ring_->reader_cv.notify_all();
     }
     thread_.join();
-    std::lock_guard<std::mutex> lock(ring_->mu);
+    MutexLock lock(ring_->mu);
     for (size_t s : ring_->ready) ring_->free_slots.push_back(s);
     ring_->ready.clear();
     ring_->reader_done = true;
@@ -297,7 +300,7 @@ class LoaderImpl final : public Loader {
     size_t next = 0;
     Status failure;
     auto give_back = [&](size_t s) {
-      std::lock_guard<std::mutex> lock(ring.mu);
+      MutexLock lock(ring.mu);
       ring.free_slots.push_back(s);
     };
 
@@ -307,7 +310,7 @@ class LoaderImpl final : public Loader {
       while (admit && failure.ok() && next < total) {
         size_t s;
         {
-          std::lock_guard<std::mutex> lock(ring.mu);
+          MutexLock lock(ring.mu);
           if (ring.free_slots.empty() || ring.stop) break;
           s = ring.free_slots.back();
           ring.free_slots.pop_back();
@@ -325,8 +328,8 @@ class LoaderImpl final : public Loader {
       }
       if (window.empty()) {
         if (!failure.ok() || !admit || next == total) break;
-        std::unique_lock<std::mutex> lock(ring.mu);
-        ring.reader_cv.wait(lock, [&] { return ring.stop || !ring.free_slots.empty(); });
+        MutexLock lock(ring.mu);
+        while (!ring.stop && ring.free_slots.empty()) lock.Wait(ring.reader_cv);
         continue;
       }
       if (window.front().remaining > 0) {
@@ -350,7 +353,7 @@ class LoaderImpl final : public Loader {
         Status st = failure.ok() ? f.status : failure;
         if (st.ok()) st = ring.backend->EndFill(*ring.slots[f.slot].mem, f.copy_bytes);
         if (st.ok()) {
-          std::lock_guard<std::mutex> lock(ring.mu);
+          MutexLock lock(ring.mu);
           ring.ready.push_back(f.slot);
           ring.consumer_cv.notify_one();
         } else {
@@ -371,7 +374,7 @@ class LoaderImpl final : public Loader {
       reader_->Wait(&done);
     }
     for (InFlight& f : window) give_back(f.slot);
-    std::lock_guard<std::mutex> lock(ring.mu);
+    MutexLock lock(ring.mu);
     ring.reader_done = true;
     if (!ring.stop) ring.error = failure;
     ring.consumer_cv.notify_all();
@@ -456,6 +459,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     auto mem = ring->backend->Allocate(slot_bytes, s, options.num_buffers);
     if (!mem.ok()) return mem.status();  // the ring frees what was allocated
     ring->slots[s].mem = std::move(mem.value());
+    // Not shared yet; locked only because the analysis cannot know that.
+    MutexLock lock(ring->mu);
     ring->free_slots.push_back(options.num_buffers - 1 - s);
   }
 

@@ -33,21 +33,21 @@ void EpochPolicy::RerankLocked() {
 }
 
 void EpochPolicy::MarkRead(const FileKey& file) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (read_.count(file) != 0) return;
   read_.emplace(file, read_seq_++);
   RerankFileLocked(file);
 }
 
 void EpochPolicy::NewEpoch() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   read_.clear();
   read_seq_ = 0;
   RerankLocked();
 }
 
 void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   plan_pos_.clear();
   plan_pos_.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) plan_pos_.emplace(order[i], i);  // first use wins
@@ -55,14 +55,14 @@ void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
 }
 
 bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (bytes_ + bytes <= budget_) return true;
   if (read_.count(file) != 0 || by_rank_.empty()) return false;
   return RankLocked(file) < by_rank_.rbegin()->first;
 }
 
 uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint32_t n = 0;
   if (bytes_ < budget_) {
     const uint64_t average = cached_.empty() ? 1 : std::max<uint64_t>(1, bytes_ / cached_.size());
@@ -77,12 +77,12 @@ uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) const {
 }
 
 bool EpochPolicy::WasRead(const FileKey& file) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return read_.count(file) != 0;
 }
 
 void EpochPolicy::OnInsert(const cache::ChunkKey& key, uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = cached_.find(key); it != cached_.end()) {
     by_rank_.erase({it->second.rank, key});
     bytes_ -= it->second.bytes;
@@ -95,7 +95,7 @@ void EpochPolicy::OnInsert(const cache::ChunkKey& key, uint64_t bytes) {
 }
 
 void EpochPolicy::OnErase(const cache::ChunkKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = cached_.find(key);
   if (it == cached_.end()) return;
   by_rank_.erase({it->second.rank, key});
@@ -104,13 +104,13 @@ void EpochPolicy::OnErase(const cache::ChunkKey& key) {
 }
 
 std::optional<cache::ChunkKey> EpochPolicy::Victim() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (by_rank_.empty()) return std::nullopt;
   return by_rank_.rbegin()->second;
 }
 
 bool EpochPolicy::AdmitWhenFull(const cache::ChunkKey& key, uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const FileKey file{key.dev, key.ino};
   if (read_.count(file) != 0 || by_rank_.empty()) return false;
   return RankLocked(file) < by_rank_.rbegin()->first;

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "cache/eviction.h"
 #include "prefetcher/prefetcher.h"
 
@@ -64,22 +65,22 @@ class EpochPolicy final : public cache::EvictionPolicy {
 
  private:
   static constexpr uint64_t kUnplanned = uint64_t{1} << 62;
-  uint64_t RankLocked(const FileKey& file) const;
-  void RerankLocked();
-  void RerankFileLocked(const FileKey& file);
+  uint64_t RankLocked(const FileKey& file) const REQUIRES(mu_);
+  void RerankLocked() REQUIRES(mu_);
+  void RerankFileLocked(const FileKey& file) REQUIRES(mu_);
 
   const uint64_t budget_;
-  mutable std::mutex mu_;
-  uint64_t bytes_ = 0;                                       // GUARDED_BY(mu_)
-  uint64_t read_seq_ = 0;                                    // GUARDED_BY(mu_)
-  std::unordered_map<FileKey, uint64_t, FileKeyHash> read_;  // file -> read seq; GUARDED_BY(mu_)
-  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t read_seq_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> read_ GUARDED_BY(mu_);  // file -> read seq
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_ GUARDED_BY(mu_);
   struct Cached {
     uint64_t rank;
     uint64_t bytes;
   };
-  std::map<cache::ChunkKey, Cached> cached_;                  // GUARDED_BY(mu_)
-  std::set<std::pair<uint64_t, cache::ChunkKey>> by_rank_;   // GUARDED_BY(mu_)
+  std::map<cache::ChunkKey, Cached> cached_ GUARDED_BY(mu_);
+  std::set<std::pair<uint64_t, cache::ChunkKey>> by_rank_ GUARDED_BY(mu_);
 };
 
 }  // namespace epochfs::prefetch

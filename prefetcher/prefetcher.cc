@@ -17,9 +17,10 @@
 #include <unordered_set>
 #include <utility>
 
+#include "base/thread_annotations.h"
 #include "prefetcher/classifier.h"
-#include "prefetcher/epoch_record.h"
 #include "prefetcher/epoch_policy.h"
+#include "prefetcher/epoch_record.h"
 #include "prefetcher/read_budget.h"
 #include "prefetcher/source_pacer.h"
 
@@ -85,14 +86,14 @@ class PrefetcherImpl final : public Prefetcher {
 
   ~PrefetcherImpl() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
     for (auto& w : workers_) w.join();
     // At unmount: keep the files seen so far too (the last complete epoch's order stays
     // the recorded one), so the next mount can prefetch unread files from the start.
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!options_.record_path.empty() && catalog_.size() >= kFirstEpochMinAccesses) {
       // The epoch in progress counts as the last one once it is as long: with the page
       // cache serving later epochs, the daemon may never see a second epoch begin.
@@ -109,7 +110,7 @@ class PrefetcherImpl final : public Prefetcher {
   PrefetcherStats Stats() const override;
 
  private:
-  Pattern PatternLocked() const {
+  Pattern PatternLocked() const REQUIRES(mu_) {
     if (!plan_.empty()) return Pattern::kPublished;
     const Pattern pattern = classifier_.pattern();
     // Until the classifier has seen enough of this epoch, a shuffled last epoch predicts
@@ -119,30 +120,36 @@ class PrefetcherImpl final : public Prefetcher {
     }
     return pattern;
   }
-  void NewEpochLocked();
-  uint32_t CatalogIndexLocked(const FileKey& file, const std::string& path);
-  std::optional<Candidate> NextLocked();
+  void NewEpochLocked() REQUIRES(mu_);
+  uint32_t CatalogIndexLocked(const FileKey& file, const std::string& path) REQUIRES(mu_);
+  std::optional<Candidate> NextLocked() REQUIRES(mu_);
   std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
-                                             size_t cursor);
-  std::optional<Candidate> NextSequentialLocked();
-  std::optional<Candidate> NextShuffledLocked();
-  // Sorts the catalog by SSD position for this epoch's remaining-set readahead. Called
-  // by one worker with `lock` held; drops it around the index lookups.
-  void OrderByPackLocked(std::unique_lock<std::mutex>& lock);
-  void WaitForBudgetLocked(std::unique_lock<std::mutex>& lock);
-  uint32_t WindowLocked() const {
+                                             size_t cursor) REQUIRES(mu_);
+  std::optional<Candidate> NextSequentialLocked() REQUIRES(mu_);
+  std::optional<Candidate> NextShuffledLocked() REQUIRES(mu_);
+  // Sort the catalog by SSD position for this epoch's remaining-set readahead, in
+  // three steps so that one worker can drop mu_ around the index lookups (ordering_
+  // keeps the others from starting too): Begin marks the sort under way and returns the
+  // keys to look up, PackOrder looks them up, End installs the order unless a new epoch
+  // began meanwhile. (Thread-safety analysis cannot follow a lock dropped through a
+  // MutexLock& parameter, hence the split.)
+  std::vector<FileKey> BeginPackOrderLocked(uint64_t* epoch) REQUIRES(mu_);
+  std::vector<uint32_t> PackOrder(const std::vector<FileKey>& keys) const EXCLUDES(mu_);
+  void EndPackOrderLocked(uint64_t epoch, std::vector<uint32_t> order) REQUIRES(mu_);
+  void WaitForBudgetLocked(MutexLock& lock) REQUIRES(mu_);
+  uint32_t WindowLocked() const REQUIRES(mu_) {
     if (access_rate_ <= 0) return options_.lookahead;  // not measured yet
     const double files = std::ceil(access_rate_ * kLeadSeconds);
     return static_cast<uint32_t>(std::clamp<double>(
         files, std::min(kMinWindow, options_.lookahead), options_.lookahead));
   }
-  void CountAccessLocked();
-  bool HandledLocked(const FileKey& key) const {
+  void CountAccessLocked() REQUIRES(mu_);
+  bool HandledLocked(const FileKey& key) const REQUIRES(mu_) {
     return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
   }
   // Whether the policy would refuse `key` once the prefetches in flight have landed
   // (each takes one place): fetching it now would only waste source IO.
-  bool RefusedLocked(const FileKey& key, uint64_t /*bytes*/) {
+  bool RefusedLocked(const FileKey& key, uint64_t /*bytes*/) REQUIRES(mu_) {
     if (!policy_ || policy_->Displaceable(key, inflight_ + 1) > inflight_) return false;
     ++prefetch_refused_;
     return true;
@@ -150,19 +157,19 @@ class PrefetcherImpl final : public Prefetcher {
   void Work();
   // Whether the RAM policy has room for kMinStreamBatch more unread files (free room or
   // files already read this epoch to evict), beyond those in flight.
-  bool RoomForStreamLocked() const {
+  bool RoomForStreamLocked() const REQUIRES(mu_) {
     if (!policy_) return true;
     const uint32_t want = inflight_ + kMinStreamBatch;
     return policy_->Displaceable(FileKey{}, want) >= want;  // an unread file, no plan
   }
   // Takes up to `max` candidates (each counted in flight). Returns with `lock` held.
-  std::vector<Candidate> TakeBatchLocked(size_t max);
+  std::vector<Candidate> TakeBatchLocked(size_t max) REQUIRES(mu_);
   // Streams what the SSD tier holds of `batch` into RAM; returns the rest.
   std::vector<Candidate> StreamBatch(std::vector<Candidate> batch);
   void Fetch(const Candidate& candidate);
   void WaitForDemandReads() const;
   void LoadRecord();
-  void SaveRecordLocked();
+  void SaveRecordLocked() REQUIRES(mu_);
 
   const PrefetcherOptions options_;
   const SourceTree& source_;
@@ -171,47 +178,57 @@ class PrefetcherImpl final : public Prefetcher {
   ReadBudget budget_;  // the user's ceiling (PrefetcherOptions::source_*_per_s)
   ReadBudget pace_;    // the pacer's rate, followed while the pattern is speculative
 
-  mutable std::mutex mu_;  // lock order: mu_, then the policy's lock
+  mutable Mutex mu_;  // lock order: mu_, then the policy's lock
   std::condition_variable cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
-  Classifier classifier_;
-  Pattern previous_pattern_ = Pattern::kUnknown;  // the last epoch's, at its end
-  uint64_t epoch_ = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Classifier classifier_ GUARDED_BY(mu_);
+  Pattern previous_pattern_ GUARDED_BY(mu_) = Pattern::kUnknown;  // the last epoch's, at its end
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
   // order). Orders refer to it by index.
-  std::vector<std::pair<FileKey, std::string>> catalog_;
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> catalog_index_;
-  std::vector<uint32_t> order_, previous_order_;  // this and the last epoch's accesses
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_;
-  std::unordered_set<FileKey, FileKeyHash> accessed_;     // this epoch
-  std::unordered_set<FileKey, FileKeyHash> prefetched_;   // issued this epoch
-  std::unordered_set<std::string> prefetched_paths_;      // issued this epoch (sequential)
-  std::unordered_set<FileKey, FileKeyHash> landed_;       // prefetched, in RAM, not yet read
-  std::vector<PlannedFile> plan_;
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> plan_index_;
-  std::vector<uint32_t> plan_order_;  // plan as catalog indices
-  size_t plan_next_ = 0, plan_cursor_ = 0;
-  size_t replay_next_ = 0, replay_cursor_ = 0;
+  std::vector<std::pair<FileKey, std::string>> catalog_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> catalog_index_ GUARDED_BY(mu_);
+  // This and the last epoch's accesses.
+  std::vector<uint32_t> order_ GUARDED_BY(mu_);
+  std::vector<uint32_t> previous_order_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_ GUARDED_BY(mu_);
+  std::unordered_set<FileKey, FileKeyHash> accessed_ GUARDED_BY(mu_);  // this epoch
+  std::unordered_set<FileKey, FileKeyHash> prefetched_ GUARDED_BY(mu_);  // issued this epoch
+  // Issued this epoch (sequential).
+  std::unordered_set<std::string> prefetched_paths_ GUARDED_BY(mu_);
+  // Prefetched, in RAM, not yet read.
+  std::unordered_set<FileKey, FileKeyHash> landed_ GUARDED_BY(mu_);
+  std::vector<PlannedFile> plan_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint32_t, FileKeyHash> plan_index_ GUARDED_BY(mu_);
+  std::vector<uint32_t> plan_order_ GUARDED_BY(mu_);  // plan as catalog indices
+  size_t plan_next_ GUARDED_BY(mu_) = 0;
+  size_t plan_cursor_ GUARDED_BY(mu_) = 0;
+  size_t replay_next_ GUARDED_BY(mu_) = 0;
+  size_t replay_cursor_ GUARDED_BY(mu_) = 0;
   // The shuffled pattern's readahead order: catalog indices sorted by SSD position,
   // valid for epoch `pack_order_epoch_`; catalog entries past its size follow in
   // first-seen order. shuffled_next_ is a position in that sequence.
-  std::vector<uint32_t> pack_order_;
-  uint64_t pack_order_epoch_ = UINT64_MAX;
-  bool ordering_ = false;  // a worker is computing pack_order_
-  size_t shuffled_next_ = 0;
-  std::string last_path_;
-  double access_rate_ = 0;  // files/s, smoothed; 0: not measured yet
-  uint64_t rate_count_ = 0;
-  std::chrono::steady_clock::time_point rate_since_ = std::chrono::steady_clock::now();
-  std::string listed_dir_;
-  std::vector<std::string> listed_names_;  // of listed_dir_, sorted
-  uint32_t inflight_ = 0;  // candidates handed to workers and not finished
-  bool save_failed_ = false;  // warned once
-  uint64_t prefetched_count_ = 0, prefetch_hits_ = 0, prefetch_refused_ = 0;
-  uint64_t prefetch_errors_ = 0, plans_published_ = 0;
-  uint64_t prefetch_source_reads_ = 0;
-  std::chrono::steady_clock::duration budget_wait_{};
-  uint64_t plan_fingerprint_ = 0;  // GUARDED_BY(mu_)
+  std::vector<uint32_t> pack_order_ GUARDED_BY(mu_);
+  uint64_t pack_order_epoch_ GUARDED_BY(mu_) = UINT64_MAX;
+  bool ordering_ GUARDED_BY(mu_) = false;  // a worker is computing pack_order_
+  size_t shuffled_next_ GUARDED_BY(mu_) = 0;
+  std::string last_path_ GUARDED_BY(mu_);
+  double access_rate_ GUARDED_BY(mu_) = 0;  // files/s, smoothed; 0: not measured yet
+  uint64_t rate_count_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point rate_since_ GUARDED_BY(mu_) =
+      std::chrono::steady_clock::now();
+  std::string listed_dir_ GUARDED_BY(mu_);
+  std::vector<std::string> listed_names_ GUARDED_BY(mu_);  // of listed_dir_, sorted
+  uint32_t inflight_ GUARDED_BY(mu_) = 0;  // candidates handed to workers and not finished
+  bool save_failed_ GUARDED_BY(mu_) = false;  // warned once
+  uint64_t prefetched_count_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_hits_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_refused_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_errors_ GUARDED_BY(mu_) = 0;
+  uint64_t plans_published_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_source_reads_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::duration budget_wait_ GUARDED_BY(mu_){};
+  uint64_t plan_fingerprint_ GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> workers_;
 };
@@ -234,7 +251,7 @@ void PrefetcherImpl::LoadRecord() {
     }
     return;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [key, path] : record->files) CatalogIndexLocked(key, path);
   order_.clear();
   for (uint32_t i : record->order) {
@@ -298,7 +315,7 @@ void PrefetcherImpl::NewEpochLocked() {
 void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {
   if (offset != 0) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (accessed_.count(file) != 0) {
       const size_t need = previous_order_.empty()
                               ? kFirstEpochMinAccesses
@@ -341,7 +358,7 @@ void PrefetcherImpl::CountAccessLocked() {
 
 void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     NewEpochLocked();
     plan_ = std::move(plan);
     std::vector<FileKey> keys;
@@ -420,13 +437,16 @@ std::optional<Candidate> PrefetcherImpl::NextShuffledLocked() {
   return std::nullopt;
 }
 
-void PrefetcherImpl::OrderByPackLocked(std::unique_lock<std::mutex>& lock) {
+std::vector<FileKey> PrefetcherImpl::BeginPackOrderLocked(uint64_t* epoch) {
   ordering_ = true;
-  const uint64_t epoch = epoch_;
+  *epoch = epoch_;
   std::vector<FileKey> keys;
   keys.reserve(catalog_.size());
   for (const auto& entry : catalog_) keys.push_back(entry.first);
-  lock.unlock();
+  return keys;
+}
+
+std::vector<uint32_t> PrefetcherImpl::PackOrder(const std::vector<FileKey>& keys) const {
   // One index lookup per file (~100k/s); files the SSD tier lacks sort last, stably,
   // so they keep their first-seen order.
   std::vector<std::pair<uint64_t, uint32_t>> positions;
@@ -439,7 +459,10 @@ void PrefetcherImpl::OrderByPackLocked(std::unique_lock<std::mutex>& lock) {
   std::vector<uint32_t> order;
   order.reserve(positions.size());
   for (const auto& p : positions) order.push_back(p.second);
-  lock.lock();
+  return order;
+}
+
+void PrefetcherImpl::EndPackOrderLocked(uint64_t epoch, std::vector<uint32_t> order) {
   ordering_ = false;
   if (epoch_ != epoch) return;  // a new epoch began meanwhile; the next worker redoes it
   pack_order_ = std::move(order);
@@ -447,7 +470,7 @@ void PrefetcherImpl::OrderByPackLocked(std::unique_lock<std::mutex>& lock) {
   shuffled_next_ = 0;  // what was issued meanwhile is skipped as handled
 }
 
-void PrefetcherImpl::WaitForBudgetLocked(std::unique_lock<std::mutex>& lock) {
+void PrefetcherImpl::WaitForBudgetLocked(MutexLock& lock) {
   while (!stop_) {
     // With a plan, readahead reads what is read next, in order: every read is a demand
     // read done early, and holding it back would only turn it into a demand miss.
@@ -458,7 +481,7 @@ void PrefetcherImpl::WaitForBudgetLocked(std::unique_lock<std::mutex>& lock) {
     }
     if (delay <= std::chrono::steady_clock::duration::zero()) return;
     const auto start = std::chrono::steady_clock::now();
-    cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(delay, kIdleWait));
+    lock.WaitFor(cv_, std::min<std::chrono::steady_clock::duration>(delay, kIdleWait));
     budget_wait_ += std::chrono::steady_clock::now() - start;
   }
 }
@@ -498,33 +521,38 @@ void PrefetcherImpl::Work() {
   while (true) {
     std::vector<Candidate> batch;
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       while (true) {
         if (stop_) return;
         if (PatternLocked() == Pattern::kShuffled && pack_order_epoch_ != epoch_ && !ordering_) {
-          OrderByPackLocked(lock);
+          uint64_t epoch;
+          std::vector<FileKey> keys = BeginPackOrderLocked(&epoch);
+          lock.Unlock();
+          std::vector<uint32_t> order = PackOrder(keys);
+          lock.Lock();
+          EndPackOrderLocked(epoch, std::move(order));
           continue;
         }
         if (!streaming) WaitForBudgetLocked(lock);
         if (stop_) return;
         if (streaming && !RoomForStreamLocked()) {
-          cv_.wait_for(lock, kIdleWait);
+          lock.WaitFor(cv_, kIdleWait);
           continue;
         }
         batch = TakeBatchLocked(streaming ? kStreamBatch : 1);
         if (!batch.empty()) break;
-        cv_.wait_for(lock, kIdleWait);
+        lock.WaitFor(cv_, kIdleWait);
       }
     }
     const size_t taken = batch.size();
     std::vector<Candidate> rest = streaming ? StreamBatch(std::move(batch)) : std::move(batch);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       inflight_ -= static_cast<uint32_t>(taken - rest.size());
     }
     for (size_t i = 0; i < rest.size(); ++i) {
       if (streaming) {
-        std::unique_lock lock(mu_);
+        MutexLock lock(mu_);
         WaitForBudgetLocked(lock);
         if (stop_) {
           inflight_ -= static_cast<uint32_t>(rest.size() - i);
@@ -532,7 +560,7 @@ void PrefetcherImpl::Work() {
         }
       }
       Fetch(rest[i]);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       --inflight_;
     }
   }
@@ -564,7 +592,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
   }
   WaitForDemandReads();
   const std::vector<bool> in_ram = cache_->StreamFromSsd(ids);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t k = 0; k < ids.size(); ++k) {
     const FileKey key{ids[k].dev, ids[k].ino};
     if (!batch[which[k]].key) prefetched_.insert(key);
@@ -583,14 +611,14 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   WaitForDemandReads();
   auto opened = source_.Open(candidate.path);
   if (!opened.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++prefetch_errors_;
     spdlog::debug("prefetch {}: {}", candidate.path, opened.status().ToString());
     return;
   }
   const FileKey key{opened->id.dev, opened->id.ino};
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (accessed_.count(key) != 0) return;  // the reader got there first
     if (!candidate.key) prefetched_.insert(key);
   }
@@ -604,7 +632,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
                                       done->source_reads);
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!done.ok()) {
     ++prefetch_errors_;
     return;
@@ -617,7 +645,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
 }
 
 PrefetcherStats PrefetcherImpl::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   PrefetcherStats s;
   s.pattern = PatternLocked();
   s.epoch = epoch_;

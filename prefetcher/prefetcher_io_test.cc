@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <fcntl.h>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <thread>

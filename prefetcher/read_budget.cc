@@ -21,14 +21,14 @@ void ReadBudget::RefillLocked(Clock::time_point now) {
 }
 
 void ReadBudget::SetReadsPerSecond(double reads_per_s) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   RefillLocked(now_());  // what accrued so far accrued at the old rate
   reads_per_s_ = reads_per_s;
   reads_ = std::min(reads_, ReadBurst());
 }
 
 ReadBudget::Clock::duration ReadBudget::Delay() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!LimitedLocked()) return Clock::duration::zero();
   RefillLocked(now_());
   // Wait until both buckets are out of debt (hold at least one read's worth).
@@ -40,7 +40,7 @@ ReadBudget::Clock::duration ReadBudget::Delay() {
 
 void ReadBudget::Charge(uint64_t reads, uint64_t bytes) {
   if (reads == 0 && bytes == 0) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!LimitedLocked()) return;
   RefillLocked(now_());
   if (reads_per_s_ != 0) reads_ -= static_cast<double>(reads);

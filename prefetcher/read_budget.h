@@ -20,6 +20,8 @@
 #include <functional>
 #include <mutex>
 
+#include "base/thread_annotations.h"
+
 namespace epochfs::prefetch {
 
 class ReadBudget {
@@ -40,17 +42,19 @@ class ReadBudget {
 
  private:
   static constexpr double kBurst = 0.02;  // seconds' worth
-  bool LimitedLocked() const { return reads_per_s_ != 0 || bytes_per_s_ != 0; }
-  double ReadBurst() const { return std::max(1.0, kBurst * reads_per_s_); }
+  bool LimitedLocked() const REQUIRES(mu_) { return reads_per_s_ != 0 || bytes_per_s_ != 0; }
+  double ReadBurst() const REQUIRES(mu_) { return std::max(1.0, kBurst * reads_per_s_); }
   double BytesBurst() const { return kBurst * static_cast<double>(bytes_per_s_); }
-  void RefillLocked(Clock::time_point now);
+  void RefillLocked(Clock::time_point now) REQUIRES(mu_);
 
   const uint64_t bytes_per_s_;
   const std::function<Clock::time_point()> now_;
-  std::mutex mu_;
-  double reads_per_s_;            // GUARDED_BY(mu_)
-  double reads_ = 0, bytes_ = 0;  // tokens; negative = debt. GUARDED_BY(mu_)
-  Clock::time_point last_;        // GUARDED_BY(mu_)
+  Mutex mu_;
+  double reads_per_s_ GUARDED_BY(mu_);
+  // Tokens; negative = debt.
+  double reads_ GUARDED_BY(mu_) = 0;
+  double bytes_ GUARDED_BY(mu_) = 0;
+  Clock::time_point last_ GUARDED_BY(mu_);
 };
 
 }  // namespace epochfs::prefetch

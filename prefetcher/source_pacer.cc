@@ -36,7 +36,7 @@ void SourcePacer::StepLocked(Clock::time_point now) {
 
 void SourcePacer::OnReadaheadRead(Clock::duration latency, uint32_t chunks) {
   if (chunks == 0) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Clock::time_point now = now_();
   if (chunks == 1) NoteLatencyLocked(now, latency);
   last_readahead_ = now;
@@ -51,7 +51,7 @@ void SourcePacer::OnReadaheadRead(Clock::duration latency, uint32_t chunks) {
 }
 
 void SourcePacer::OnDemandRead(Clock::duration latency) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Clock::time_point now = now_();
   NoteLatencyLocked(now, latency);
   StepLocked(now);
@@ -69,17 +69,17 @@ void SourcePacer::OnDemandRead(Clock::duration latency) {
 }
 
 double SourcePacer::rate() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return rate_;
 }
 
 SourcePacer::Clock::duration SourcePacer::base_latency() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::min(base_now_, base_prev_);
 }
 
 uint64_t SourcePacer::slowdowns() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return slowdowns_;
 }
 

@@ -28,6 +28,7 @@
 #include <functional>
 #include <mutex>
 
+#include "base/thread_annotations.h"
 #include "cache/cache.h"
 
 namespace epochfs::prefetch {
@@ -64,22 +65,24 @@ class SourcePacer final : public cache::DemandObserver {
   uint64_t slowdowns() const;  // times the rate was cut
 
  private:
-  void StepLocked(Clock::time_point now);
-  void NoteLatencyLocked(Clock::time_point now, Clock::duration latency);
+  void StepLocked(Clock::time_point now) REQUIRES(mu_);
+  void NoteLatencyLocked(Clock::time_point now, Clock::duration latency) REQUIRES(mu_);
 
   const double cap_;
   const std::function<Clock::time_point()> now_;
-  mutable std::mutex mu_;
-  double rate_;                           // GUARDED_BY(mu_), as are the rest
-  Clock::duration base_now_, base_prev_;  // minimum of this and the last bucket
-  Clock::time_point bucket_start_;
-  Clock::time_point step_start_;
-  bool step_slowed_ = false;
-  Clock::time_point period_start_;
-  uint64_t period_reads_ = 0;
-  double used_rate_ = 0;  // readahead reads/s in the last complete period
-  Clock::time_point last_readahead_;  // the last readahead read of the source
-  uint64_t slowdowns_ = 0;
+  mutable Mutex mu_;
+  double rate_ GUARDED_BY(mu_);
+  // The minimum latency of this and of the last bucket.
+  Clock::duration base_now_ GUARDED_BY(mu_);
+  Clock::duration base_prev_ GUARDED_BY(mu_);
+  Clock::time_point bucket_start_ GUARDED_BY(mu_);
+  Clock::time_point step_start_ GUARDED_BY(mu_);
+  bool step_slowed_ GUARDED_BY(mu_) = false;
+  Clock::time_point period_start_ GUARDED_BY(mu_);
+  uint64_t period_reads_ GUARDED_BY(mu_) = 0;
+  double used_rate_ GUARDED_BY(mu_) = 0;  // readahead reads/s in the last complete period
+  Clock::time_point last_readahead_ GUARDED_BY(mu_);  // the last readahead read of the source
+  uint64_t slowdowns_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace epochfs::prefetch

@@ -4,7 +4,9 @@
 #   bash tests/run.sh
 #
 # 1. a normal build and the whole suite (unit, real-mount integration, loader, Python);
-# 2. the unit tests once more, built with -fsanitize=address,undefined.
+# 2. the unit tests once more, built with -fsanitize=address,undefined;
+# 3. the libraries compiled with clang's -Wthread-safety (base/thread_annotations.h), so
+#    a lock annotation that the code breaks fails the run.
 # Mount tests need root and /dev/fuse; without them they skip with a message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +25,14 @@ echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DEPOCHFS_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$JOBS" --target unit_tests
 ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 600 -L unit
+
+echo "== thread-safety analysis (clang -Wthread-safety, libraries only)"
+# Compile only: nothing is linked or run, so -O0 without debug info, and only the
+# library targets (tests stay configured so that cache/testing's library is checked
+# too).
+CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_C_FLAGS_DEBUG=-O0 \
+  "-DCMAKE_CXX_FLAGS=-Wthread-safety -Werror=thread-safety" \
+  -DEPOCHFS_LOADER_CUDA=OFF >/dev/null
+cmake --build build-clang -j 2 --target epochfs_base epochfs_cache epochfs_cache_testing \
+  epochfs_prefetcher epochfs_fs epochfs_daemon epochfs_cli epochfs_loader

@@ -5,7 +5,7 @@
 namespace epochfs::cache::testing {
 
 void FaultInjectingIoEngine::FailNthRead(uint64_t n, int err) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   fail_read_at_ = reads_ + n;
   fail_read_errno_ = err;
 }
@@ -13,7 +13,7 @@ void FaultInjectingIoEngine::FailNthRead(uint64_t n, int err) {
 Result<size_t> FaultInjectingIoEngine::ReadAt(int fd, void* buf, size_t len, uint64_t offset) {
   const uint64_t number = ++reads_;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (number == fail_read_at_) {
       return Status::FromErrno(fail_read_errno_,
                                fmt::format("injected read fault fd {} offset {}", fd, offset));

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/thread_annotations.h"
 #include "cache/io_engine.h"
 
 namespace epochfs::cache::testing {
@@ -43,9 +44,9 @@ class FaultInjectingIoEngine final : public IoEngine {
 
  private:
   std::shared_ptr<IoEngine> base_;
-  std::mutex mu_;
-  uint64_t fail_read_at_ = 0;  // GUARDED_BY(mu_); absolute read number, 0 = none
-  int fail_read_errno_ = 0;    // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t fail_read_at_ GUARDED_BY(mu_) = 0;  // absolute read number, 0 = none
+  int fail_read_errno_ GUARDED_BY(mu_) = 0;
   std::atomic<size_t> max_read_bytes_{0};
   std::atomic<uint64_t> flips_left_{0};
   std::atomic<int> write_errno_{0};

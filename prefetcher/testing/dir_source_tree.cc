@@ -9,7 +9,7 @@ namespace epochfs::prefetch::testing {
 
 Result<OpenedFile> DirSourceTree::Open(const std::string& path) const {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     opened_.push_back(path);
   }
   if (root_.empty()) return Status::NotFound("no source directory");
@@ -41,7 +41,7 @@ Result<std::vector<std::string>> DirSourceTree::ListDir(const std::string& dir) 
 }
 
 std::vector<std::string> DirSourceTree::opened() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return opened_;
 }
 

@@ -6,10 +6,10 @@
 #pragma once
 
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "prefetcher/source_tree.h"
 
 namespace epochfs::prefetch::testing {
@@ -31,8 +31,8 @@ class DirSourceTree final : public SourceTree {
  private:
   const std::filesystem::path root_;
   const bool can_list_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::string> opened_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable std::vector<std::string> opened_ GUARDED_BY(mu_);
 };
 
 }  // namespace epochfs::prefetch::testing
