@@ -64,7 +64,6 @@ void SetUpLogging(const daemon::MountOptions& options, bool to_file) {
   }
   // ---- systemd: stderr is the journal; give each line its priority (daemon/journal_log.h).
   if (!to_file && daemon::StderrIsJournal()) spdlog::set_formatter(daemon::JournalFormatter());
-  // ---- end systemd ----
   spdlog::set_level(spdlog::level::from_str(options.log_level));
   spdlog::flush_on(spdlog::level::warn);
   spdlog::flush_every(std::chrono::seconds(2));
@@ -218,7 +217,6 @@ int CmdStatus(const std::string& mountpoint, bool json) {
       }
       continue;
     }
-    // ---- end all mounts ----
     if (!stats.ok()) return Refuse(stats.status().message());
     if (json) {
       all.push_back(*stats);
@@ -332,7 +330,6 @@ int MountOptionsFromFileAndFlags(const cli::MountFlags& flags, daemon::MountOpti
   return 0;
 }
 
-// ---- end configuration file ----
 
 }  // namespace
 
@@ -353,7 +350,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
   top->add_flag("--once", top_options.once, "Draw one frame and exit");
-  // ---- end epochfs top ----
 
   bool lazy = false;
   std::string umount_target;
@@ -371,7 +367,7 @@ int main(int argc, char** argv) {
   status->add_option("MOUNTPOINT", status_target, "The mount (default: every epochfs mount)");
   status->add_flag("--json", json, "Machine-readable output");
 
-  // ---- warm (prefetcher issue #3; implementation in cli/warm.cc) ----
+  // ---- warm (implementation in cli/warm.cc) ----
   cli::WarmOptions warm_options;
   std::string warm_target;
   auto* warm = app.add_subcommand("warm", "Load files of a mount into its cache (resumable)");
@@ -379,7 +375,6 @@ int main(int argc, char** argv) {
   warm->add_option("PATH", warm_options.paths, "Files or folders inside it (default: all)");
   warm->add_flag("--ram", warm_options.ram, "Also keep them in RAM (the page cache too) while they fit");
   warm->add_option("-j,--threads", warm_options.threads, "Parallel readers")->capture_default_str();
-  // ---- end warm ----
 
   try {
     app.parse(argc, argv);
@@ -405,7 +400,6 @@ int main(int argc, char** argv) {
     const fsys::path target = fsys::absolute(top_target).lexically_normal();
     return cli::RunTop(top_options, [&] { return ReadStats(target); }, stdout);
   }
-  // ---- end epochfs top ----
   if (*umount) return CmdUmount(umount_target, lazy, dead_only);
   if (*status) return CmdStatus(status_target, json);
   if (*warm) {

@@ -263,14 +263,13 @@ Status Daemon::Start() {
   cache_options.chunk_size = options.chunk_size;
   cache_options.use_io_uring = options.use_io_uring;
   cache_options.read_around = options.prefetch_threads > 0;
-  // ---- prefetcher (issue #3): its epoch-aware policy ranks the RAM tier ----
+  // The prefetcher's epoch-aware policy ranks the RAM tier.
   if (options.prefetch_pacing && options.prefetch_threads > 0) {
     pacer_ = std::make_shared<prefetch::SourcePacer>(static_cast<double>(options.prefetch_iops));
     cache_options.demand_observer = pacer_.get();
   }
   ram_policy_ = prefetch::Prefetcher::NewPolicy(memory_.ram_tier);
   cache_options.ram_policy_override = ram_policy_;
-  // ---- end prefetcher ----
   auto cache = cache::Cache::Open(cache_options);
   if (!cache.ok()) return cache.status();
   cache_ = std::move(*cache);
@@ -279,7 +278,7 @@ Status Daemon::Start() {
     if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
   });
 
-  // ---- prefetcher (issue #3) ----
+  // The prefetcher.
   UniqueFd tree_fd(::fcntl(root_fd_.get(), F_DUPFD_CLOEXEC, 0));
   if (!tree_fd) return Status::FromErrno(errno, "dup the source fd");
   source_tree_ = std::make_unique<fs::RootSourceTree>(std::move(tree_fd));
@@ -295,7 +294,6 @@ Status Daemon::Start() {
   prefetch_options.chunk_size = options.chunk_size;
   prefetcher_ = prefetch::Prefetcher::Create(std::move(prefetch_options), *source_tree_,
                                              cache_.get(), ram_policy_);
-  // ---- end prefetcher ----
 
   SourceFsOptions fs_options;
   fs_options.read_only = options.read_only;
@@ -313,7 +311,7 @@ Status Daemon::Start() {
                            [this] {
                              return StatsJson(options_, ctx_, *fs_, watcher_.get(), started_);
                            }},
-          // prefetcher (issue #3): the plan file
+          // the prefetcher's plan file
           ControlDir::File{"plan", 4, [this] { return plan_file_->Summary(); },
                            [this](uint64_t offset, std::string_view data, uid_t uid,
                                   gid_t gid) {
@@ -379,7 +377,6 @@ Status Daemon::Start() {
     if (!started_exporter.ok()) return started_exporter.status();
     exporter_ = std::move(*started_exporter);
   }
-  // ---- end observability ----
   return Status::Ok();
 }
 
