@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/status.h"
 #include "fmt/format.h"
 
 namespace epochfs::cli {
@@ -16,20 +17,6 @@ namespace {
 uint64_t U(const nlohmann::json& s, const char* key) {
   auto it = s.find(key);
   return it != s.end() && it->is_number() ? it->get<uint64_t>() : 0;
-}
-
-std::string Bytes(double n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (n >= 1024 && u < 4) {
-    n /= 1024;
-    u++;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", n) : fmt::format("{:.1f} {}", n, units[u]);
-}
-
-std::string Pct(double part, double whole) {
-  return whole <= 0 ? "-" : fmt::format("{:.1f}%", 100.0 * part / whole);
 }
 
 struct Reads {
@@ -72,20 +59,20 @@ std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, 
                      after.value("consistency", std::string("-")), Pattern(after));
   out +=
       fmt::format("  {:<14}{:>14} {:>14}\n", "", fmt::format("last {:.1f} s", secs), "since mount");
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "RAM hits", Pct(d.ram, d.total()),
-                     Pct(b.ram, b.total()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "SSD hits", Pct(d.ssd, d.total()),
-                     Pct(b.ssd, b.total()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "misses", Pct(d.miss, d.total()),
-                     Pct(b.miss, b.total()));
+  out += fmt::format("  {:<14}{:>14} {:>14}\n", "RAM hits", FormatShare(d.ram, d.total()),
+                     FormatShare(b.ram, b.total()));
+  out += fmt::format("  {:<14}{:>14} {:>14}\n", "SSD hits", FormatShare(d.ssd, d.total()),
+                     FormatShare(b.ssd, b.total()));
+  out += fmt::format("  {:<14}{:>14} {:>14}\n", "misses", FormatShare(d.miss, d.total()),
+                     FormatShare(b.miss, b.total()));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "chunk reads/s",
                      fmt::format("{:.0f}", d.total() / secs), fmt::format("{:.0f}", b.total()));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "read MB/s",
-                     fmt::format("{:.1f}", d.bytes() / secs / 1e6), Bytes(b.bytes()));
+                     fmt::format("{:.1f}", d.bytes() / secs / 1e6), FormatBytes(b.bytes()));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "source IO/s",
                      fmt::format("{:.0f}", d.source / secs), fmt::format("{:.0f}", b.source));
   out += fmt::format("  {:<14}{:>14} {:>14}\n", "source MB/s",
-                     fmt::format("{:.1f}", d.source_bytes / secs / 1e6), Bytes(b.source_bytes));
+                     fmt::format("{:.1f}", d.source_bytes / secs / 1e6), FormatBytes(b.source_bytes));
   // FUSE requests: zero in a warm notify-mode epoch (the kernel serves it alone), two
   // per file in open mode; the busiest kinds say what the kernel asks for.
   std::vector<std::pair<double, std::string>> kinds;
@@ -114,20 +101,20 @@ std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, 
                   fmt::format("{:.0f}", requests_total), busiest);
   out +=
       fmt::format("  {:<14}{} of {} ({}), {} entries\n", "RAM tier",
-                  Bytes(double(U(after, "ram_bytes"))), Bytes(double(U(after, "ram_budget_bytes"))),
-                  Pct(double(U(after, "ram_bytes")), double(U(after, "ram_budget_bytes"))),
+                  FormatBytes(double(U(after, "ram_bytes"))), FormatBytes(double(U(after, "ram_budget_bytes"))),
+                  FormatShare(double(U(after, "ram_bytes")), double(U(after, "ram_budget_bytes"))),
                   U(after, "ram_entries"));
   out +=
       fmt::format("  {:<14}{} of {} ({}), {} entries, {} packs{}\n", "SSD tier",
-                  Bytes(double(U(after, "ssd_bytes"))), Bytes(double(U(after, "ssd_budget_bytes"))),
-                  Pct(double(U(after, "ssd_bytes")), double(U(after, "ssd_budget_bytes"))),
+                  FormatBytes(double(U(after, "ssd_bytes"))), FormatBytes(double(U(after, "ssd_budget_bytes"))),
+                  FormatShare(double(U(after, "ssd_bytes")), double(U(after, "ssd_budget_bytes"))),
                   U(after, "ssd_entries"), U(after, "packs"),
                   after.value("ssd_degraded", false)
                       ? fmt::format("  DEGRADED: {}", after.value("ssd_degraded_reason", ""))
                       : "");
   out += fmt::format("  {:<14}corrupt {}, stale {}, daemon RSS {}\n", "health",
                      U(after, "corrupt_entries"), U(after, "stale_entries"),
-                     Bytes(double(U(after, "daemon_rss_bytes"))));
+                     FormatBytes(double(U(after, "daemon_rss_bytes"))));
   return out;
 }
 

@@ -1,0 +1,185 @@
+#include "cli/mount_command.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "cli/exit.h"
+#include "cli/status.h"
+#include "daemon/journal_log.h"
+#include "daemon/metrics_server.h"
+#include "daemon/mount.h"
+#include "daemon/mount_table.h"
+#include "fmt/format.h"
+#include "spdlog/sinks/basic_file_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace epochfs::cli {
+namespace {
+
+namespace fsys = std::filesystem;
+
+void SetUpLogging(const daemon::MountOptions& options, bool to_file) {
+  if (to_file) {
+    const fsys::path path =
+        options.log_file.empty() ? options.cache_dir / "epochfs.log" : options.log_file;
+    try {
+      auto logger = spdlog::basic_logger_mt("epochfs", path.string());
+      spdlog::set_default_logger(logger);
+    } catch (const spdlog::spdlog_ex&) {
+      // Keep the default (stderr, which is /dev/null for a daemon): a log file is not a
+      // reason to refuse a mount.
+    }
+  }
+  // ---- systemd: stderr is the journal; give each line its priority (daemon/journal_log.h).
+  if (!to_file && daemon::StderrIsJournal()) spdlog::set_formatter(daemon::JournalFormatter());
+  spdlog::set_level(spdlog::level::from_str(options.log_level));
+  spdlog::flush_on(spdlog::level::warn);
+  spdlog::flush_every(std::chrono::seconds(2));
+}
+
+// Runs the mount in a child process and returns once it is live (0) or has failed.
+int Daemonize(const daemon::MountOptions& options, bool created_cache_dir) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) < 0) return Refuse("pipe: " + std::string(strerror(errno)));
+  std::cout.flush();
+  std::cerr.flush();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Refuse("fork: " + std::string(strerror(errno)));
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    ::setsid();
+    if (::chdir("/") != 0) _exit(1);
+    int null_fd = ::open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+      if (null_fd > 2) ::close(null_fd);
+    }
+    SetUpLogging(options, /*to_file=*/true);
+    const int rc = daemon::RunMount(options, [&](const Status& st) {
+      const std::string msg = st.ok() ? std::string("OK") : st.message();
+      ssize_t ignored = ::write(pipe_fds[1], msg.data(), msg.size());
+      (void)ignored;  // the parent sees EOF and reports a failure either way
+      ::close(pipe_fds[1]);
+    });
+    spdlog::shutdown();
+    _exit(rc);
+  }
+  ::close(pipe_fds[1]);
+  std::string reply;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof(buf))) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  if (reply == "OK") return 0;
+  ::waitpid(pid, nullptr, 0);
+  std::error_code ec;
+  if (created_cache_dir) fsys::remove_all(options.cache_dir, ec);
+  if (reply.empty()) {
+    return Refuse(fmt::format("the daemon exited before the mount was ready (see {})",
+                              (options.cache_dir / "epochfs.log").string()));
+  }
+  return Refuse(reply);
+}
+
+bool ProcessGone(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(in, line)) return true;
+  // A daemon whose parent is gone and is not reaped (no init) lingers as a zombie.
+  auto close_paren = line.rfind(')');
+  return close_paren == std::string::npos || close_paren + 2 >= line.size() ||
+         line[close_paren + 2] == 'Z' || line[close_paren + 2] == 'X';
+}
+
+}  // namespace
+
+int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
+  const fsys::path mountpoint = fsys::absolute(mountpoint_arg).lexically_normal();
+  auto stats = ReadStats(mountpoint);
+  // A mount whose daemon died has no stats ("Transport endpoint is not connected") but
+  // must still be unmountable; there is then no daemon to wait for.
+  if (!stats.ok() && !daemon::IsEpochfsMount(mountpoint)) return Refuse(stats.status().message());
+  const pid_t pid = stats.ok() ? stats->value("pid", 0) : 0;
+  // --dead-only (the unit's ExecStopPost): clear a dead daemon's mount, never a live one
+  // that another instance or a person made.
+  if (dead_only && stats.ok()) {
+    return Refuse(fmt::format("{} is served by a live daemon (pid {}); not unmounting it",
+                              mountpoint.string(), pid));
+  }
+  if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) < 0) {
+    if (errno == EBUSY) {
+      return Refuse(fmt::format("{} is busy (files are open on it); close them, or use --lazy",
+                                mountpoint.string()));
+    }
+    if (errno != EPERM) return Refuse(fmt::format("umount {}: {}", mountpoint.string(), strerror(errno)));
+    // Not root: the setuid helper unmounts what this user mounted.
+    const std::string cmd =
+        fmt::format("fusermount3 -u {} '{}'", lazy ? "-z" : "", mountpoint.string());
+    if (std::system(cmd.c_str()) != 0) return Refuse("fusermount3 -u failed");
+  }
+  // The daemon flushes its cache after the unmount; wait so that a following mount of
+  // the same cache dir finds it complete.
+  const auto start = std::chrono::steady_clock::now();
+  auto last_note = start;
+  while (pid > 0 && !ProcessGone(pid)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start > std::chrono::minutes(5)) {
+      return Refuse(fmt::format("daemon pid {} still running after 5 minutes", pid));
+    }
+    if (now - last_note > std::chrono::seconds(5)) {
+      fmt::print(stderr, "epochfs: waiting for daemon pid {} to flush its cache...\n", pid);
+      last_note = now;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+int RunMountCommand(daemon::MountOptions options) {
+  if (!options.metrics_listen.empty()) {
+    auto addr = daemon::ParseListenAddress(options.metrics_listen, options.metrics_allow_remote);
+    if (!addr.ok()) return Refuse(addr.status().message());
+  }
+
+  Status valid = daemon::ResolveAndValidate(options);
+  if (!valid.ok()) return Refuse(valid.message());
+  bool created = false;
+  Status prepared = daemon::PrepareCacheDir(options.cache_dir, &created);
+  if (!prepared.ok()) return Refuse(prepared.message());
+
+  if (!options.foreground) return Daemonize(options, created);
+  SetUpLogging(options, /*to_file=*/!options.log_file.empty());
+  const int rc = daemon::RunMount(options, [&](const Status& st) {
+    if (!st.ok()) {
+      std::error_code ec;
+      if (created) fsys::remove_all(options.cache_dir, ec);
+      std::cerr << "epochfs: error: " << st.message() << "\n";
+    }
+  });
+  spdlog::shutdown();
+  return rc;
+}
+
+// ---- Configuration file (cli/config.h): the file first, then the flags given. ----
+
+// The options of `epochfs mount`: the defaults, then the config file (skipped when it
+// may be missing and is), then the flags given on the command line.
+}  // namespace epochfs::cli
