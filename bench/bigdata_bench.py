@@ -86,7 +86,7 @@ import time
 import numpy as np
 
 from benchenv import (BLKIO_ROOT, MEMORY_ROOT, BlkioThrottle, Cleanup, LoopImage, MemoryCgroup, Workspace,
-                      drop_caches, log, mount_tmpfs, read_file, run, warn)
+                      drop_caches, log, mount_tmpfs, read_file, run, warn, write_file)
 from dataset import BLOCK, JPEG_BYTES_PER_PIXEL, JPEG_QUALITY, imagefolder_plan, jpeg_bytes, materialize
 from epoch_bench import git_info, machine_info, resolve_epochfs
 from fusemounts import EpochfsMount, MountError, status_delta
@@ -122,7 +122,8 @@ AU_TOLERANCE = 0.05  # epochfs's AU may trail tmpfs's by this much at N*
 RSS_SLACK = 100 << 20  # daemon peak RSS may exceed --ram by this much
 
 #: Raw-reader rows, in table order, with their labels.
-ROWS = ("source", "copy-cold", "copy-steady", "epochfs-e1", "epochfs-steady", "epochfs-restart", "tmpfs")
+ROWS = ("source", "copy-cold", "copy-steady", "epochfs-e1", "epochfs-steady", "epochfs-restart",
+        "epochfs-ram-cold", "epochfs-ram-steady", "tmpfs")
 LABELS = {
     "source": "source, under the limit",
     "copy-cold": "plain copy, cold",
@@ -130,12 +131,15 @@ LABELS = {
     "epochfs-e1": "epochfs epoch 1 (cold)",
     "epochfs-steady": "epochfs steady state",
     "epochfs-restart": "epochfs after a restart",
+    "epochfs-ram-cold": "epochfs, all in RAM, cold",
+    "epochfs-ram-steady": "epochfs, all in RAM, steady",
     "tmpfs": "tmpfs, no limit (ceiling)",
 }
 #: "vs plain copy" compares like with like: cold rows with the copy read cold, the rest
 #: with the copy's steady state.
 COPY_BASELINE = {"source": "copy-cold", "copy-cold": "copy-cold", "copy-steady": "copy-steady",
                  "epochfs-e1": "copy-cold", "epochfs-steady": "copy-steady", "epochfs-restart": "copy-cold",
+                 "epochfs-ram-cold": "copy-cold", "epochfs-ram-steady": "copy-steady",
                  "tmpfs": "copy-steady"}
 #: Real-client rows, in table order.
 CLIENT_ROWS = ("tmpfs", "copy", "epochfs", "source")
@@ -975,7 +979,7 @@ class Bench:
         """epochfs with --ram = ram_fraction x the limit: epoch 1 cold, steady epochs, the
         real client on the same mount, then a restart with the page cache dropped."""
         a = self.args
-        keys = ("epochfs-e1", "epochfs-steady", "epochfs-restart")
+        keys = ("epochfs-e1", "epochfs-steady", "epochfs-restart", "epochfs-ram-cold", "epochfs-ram-steady")
         if self.epochfs_bin is None:
             self.skip(keys, f"epochfs binary not found ({self.epochfs_where}); build it or pass --epochfs")
             return
@@ -1020,6 +1024,49 @@ class Bench:
             self.measure("epochfs-restart", fs.mountpoint, a.steady_epochs + 2, fs=fs, cold=True, extra=info)
         finally:
             fs.stop()
+        self.run_epochfs_ceiling(make)
+
+    def run_epochfs_ceiling(self, make) -> None:
+        """What any epoch served through FUSE can reach on this machine: the whole data set
+        in the daemon's RAM tier (no memory limit), the kernel's page cache dropped, so
+        every file is a round trip to the daemon and nothing else. "cold" also drops the
+        dentries (a LOOKUP per file, as after a restart), "steady" only the page cache (a
+        GETATTR per file, as in the steady state under the limit)."""
+        a = self.args
+        keys = ("epochfs-ram-cold", "epochfs-ram-steady")
+        data = self.manifest.total_bytes
+        saved_ram, self.ram = self.ram, int(data * 1.3) + (256 << 20)
+        try:
+            fs = make("ceiling")
+        finally:
+            self.ram = saved_ram
+        log(f"--- epochfs, all in RAM, no memory limit: {' '.join(fs.command)}")
+        try:
+            fs.start()  # outside the memory group: this row has no limit
+        except MountError as e:
+            warn(str(e))
+            self.skip(keys, f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+            return
+        try:
+            self._wait_all_in_ram(fs)
+            epoch = a.steady_epochs + 3
+            self.measure("epochfs-ram-cold", fs.mountpoint, epoch, fs=fs, limited=False, cold=True)
+            os.sync()
+            write_file("/proc/sys/vm/drop_caches", "1\n")  # the page cache only, not the dentries
+            self.measure("epochfs-ram-steady", fs.mountpoint, epoch + 1, fs=fs, limited=False)
+        finally:
+            fs.stop()
+
+    def _wait_all_in_ram(self, fs: EpochfsMount, timeout: float = 120.0) -> None:
+        """Waits for the stream at mount to bring the SSD tier into RAM (until the RAM tier
+        stops growing); a row read before that would measure the SSD tier instead."""
+        deadline, last, still = time.monotonic() + timeout, -1, 0
+        while time.monotonic() < deadline and still < 5:
+            time.sleep(0.5)
+            held = int((fs.status() or {}).get("ram_bytes") or 0)
+            still = still + 1 if held == last else 0
+            last = held
+        log(f"  RAM tier holds {last / MiB:.0f} MiB of the {self.manifest.total_bytes / MiB:.0f} MiB data set")
 
     # -- results -------------------------------------------------------------------------
     def client_au(self) -> dict[str, dict[int, float]]:

@@ -141,7 +141,7 @@ Result<ChunkBytes> DecodeEntryData(const EntryHeader& header,
   std::span<const char> stored(buffer->data() + stored_pos, header.stored_len);
   if (header.codec == Codec::kRaw && share_buffer) {
     EPOCHFS_RETURN_IF_ERROR(CheckRaw(stored, header.plain_len, header.checksum));
-    return ChunkBytes{buffer, stored.data(), stored.size()};
+    return ChunkBytes::Share(buffer, stored.data(), stored.size(), buffer->capacity());
   }
   Result<std::string> plain = Decode(header.codec, stored, header.plain_len, header.checksum);
   if (!plain.ok()) return plain.status();
@@ -289,28 +289,50 @@ Result<std::shared_ptr<const std::string>> PackReader::ReadRange(uint64_t offset
   return std::make_shared<const std::string>(std::move(bytes));
 }
 
+namespace {
+
+// Memory aligned for O_DIRECT, freed with the last ChunkBytes that shares it.
+class AlignedBuffer {
+ public:
+  static std::shared_ptr<AlignedBuffer> New(size_t len) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kDirectIoAlignment, len) != 0) return nullptr;
+    return std::shared_ptr<AlignedBuffer>(new AlignedBuffer(static_cast<char*>(p), len));
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return len_; }
+
+ private:
+  AlignedBuffer(char* data, size_t len) : data_(data), len_(len) {}
+  char* data_;
+  size_t len_;
+};
+
+}  // namespace
+
 Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
                                          const ChunkKey& key) const {
   const size_t len = kEntryHeaderSize + size_t{stored_len};
-  // With O_DIRECT: the aligned range around the entry, straight into an aligned buffer,
-  // and the entry decoded (copied) out of it: one copy, and no page cache to fill and
-  // drop again. Without: a buffered read of exactly the entry, shared (no copy).
+  // With O_DIRECT: the aligned range around the entry, straight into an aligned buffer
+  // that a raw entry's bytes then stay in (no copy, no page cache to fill and drop
+  // again). Without: a buffered read of exactly the entry, shared the same way.
   std::shared_ptr<const std::string> buffered;
-  std::unique_ptr<char, decltype(&std::free)> aligned(nullptr, &std::free);
+  std::shared_ptr<const AlignedBuffer> aligned;
   std::span<const char> bytes;
   if (direct_fd_) {
     const uint64_t start = offset / kDirectIoAlignment * kDirectIoAlignment;
     const uint64_t end =
         (offset + len + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-    void* p = nullptr;
-    if (::posix_memalign(&p, kDirectIoAlignment, end - start) != 0) {
-      return Status::FromErrno(ENOMEM, "buffer for a pack read");
-    }
-    aligned.reset(static_cast<char*>(p));
-    Result<size_t> n = io_.ReadAt(direct_fd_.get(), aligned.get(), end - start, start);
+    std::shared_ptr<AlignedBuffer> buffer = AlignedBuffer::New(end - start);
+    if (buffer == nullptr) return Status::FromErrno(ENOMEM, "buffer for a pack read");
+    Result<size_t> n = io_.ReadAt(direct_fd_.get(), buffer->data(), end - start, start);
     if (!n.ok()) return n.status();
     const size_t at = offset - start;
-    bytes = std::span<const char>(aligned.get(), *n).subspan(std::min<size_t>(at, *n));
+    bytes = std::span<const char>(buffer->data(), *n).subspan(std::min<size_t>(at, *n));
+    aligned = std::move(buffer);
   } else {
     Result<std::shared_ptr<const std::string>> read = ReadRange(offset, len);
     if (!read.ok()) return read.status();
@@ -326,6 +348,12 @@ Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
   if (header->key != key || header->stored_len != stored_len) {
     return Status::Corruption(
         fmt::format("pack {} offset {}: entry is not the indexed one", id_, offset));
+  }
+  if (aligned != nullptr && header->codec == Codec::kRaw) {
+    const std::span<const char> stored = bytes.subspan(kEntryHeaderSize, stored_len);
+    Status checked = CheckRaw(stored, header->plain_len, header->checksum);
+    if (!checked.ok()) return WithLocation(checked, id_, offset);
+    return ChunkBytes::Share(aligned, stored.data(), stored.size(), aligned->size());
   }
   Result<ChunkBytes> plain =
       buffered ? DecodeEntryData(*header, buffered, kEntryHeaderSize, true)

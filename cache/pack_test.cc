@@ -137,6 +137,28 @@ TEST_F(PackTest, WriteThenReadEveryEntry) {
   EXPECT_FALSE(PackReader::Open(*io_, PackPath(12), 13).ok());
 }
 
+// With O_DIRECT, a raw entry is served from the aligned buffer it was read into (no
+// second copy), and the bytes it keeps alive are counted whole: header, alignment and all.
+TEST_F(PackTest, DirectReadOfRawEntrySharesItsBufferAndCountsIt) {
+  std::vector<Written> written = WritePack(12, 6);
+  Result<std::shared_ptr<PackReader>> reader = PackReader::Open(*io_, PackPath(12), 12);
+  ASSERT_TRUE(reader.ok());
+  if ((*reader)->direct_fd() < 0) GTEST_SKIP() << "the test dir's filesystem refuses O_DIRECT";
+  for (const Written& w : written) {
+    Result<ChunkBytes> bytes = (*reader)->ReadEntry(w.offset, w.header.stored_len, w.header.key);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    EXPECT_EQ(std::string(bytes->data, bytes->size), w.plain);
+    if (w.header.codec == Codec::kRaw) {
+      EXPECT_GE(bytes->footprint(), kEntryHeaderSize + w.plain.size());  // the read buffer
+      EXPECT_LE(bytes->footprint(), kEntryHeaderSize + w.plain.size() + 2 * kDirectIoAlignment);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(bytes->data - kEntryHeaderSize) % kDirectIoAlignment,
+                (w.offset % kDirectIoAlignment));
+    } else {
+      EXPECT_LT(bytes->footprint(), w.plain.size() + kEntryHeaderSize);  // decoded: its own copy
+    }
+  }
+}
+
 TEST_F(PackTest, FlippedDataByteIsCorruptionWithLocation) {
   std::vector<Written> written = WritePack(12, 4);
   const Written& victim = written[1];  // random bytes: stored raw
