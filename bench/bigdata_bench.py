@@ -90,7 +90,7 @@ from benchenv import (BLKIO_ROOT, MEMORY_ROOT, BlkioThrottle, Cleanup, LoopImage
 from dataset import BLOCK, JPEG_BYTES_PER_PIXEL, JPEG_QUALITY, imagefolder_plan, jpeg_bytes, materialize
 from epoch_bench import git_info, machine_info, resolve_epochfs
 from fusemounts import EpochfsMount, MountError, status_delta
-from readers import EpochTimeout, ReadFailure, run_epoch
+from readers import EpochTimeout, ReadFailure, epoch_order, run_epoch
 from report import Row, write_json
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -122,7 +122,7 @@ AU_TOLERANCE = 0.05  # epochfs's AU may trail tmpfs's by this much at N*
 RSS_SLACK = 100 << 20  # daemon peak RSS may exceed --ram by this much
 
 #: Raw-reader rows, in table order, with their labels.
-ROWS = ("source", "copy-cold", "copy-steady", "epochfs-e1", "epochfs-steady", "epochfs-restart",
+ROWS = ("source", "copy-cold", "copy-steady", "epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart",
         "epochfs-ram-cold", "epochfs-ram-steady", "tmpfs")
 LABELS = {
     "source": "source, under the limit",
@@ -130,6 +130,7 @@ LABELS = {
     "copy-steady": "plain copy, steady state",
     "epochfs-e1": "epochfs epoch 1 (cold)",
     "epochfs-steady": "epochfs steady state",
+    "epochfs-plan": "epochfs, order published",
     "epochfs-restart": "epochfs after a restart",
     "epochfs-ram-cold": "epochfs, all in RAM, cold",
     "epochfs-ram-steady": "epochfs, all in RAM, steady",
@@ -139,6 +140,7 @@ LABELS = {
 #: with the copy's steady state.
 COPY_BASELINE = {"source": "copy-cold", "copy-cold": "copy-cold", "copy-steady": "copy-steady",
                  "epochfs-e1": "copy-cold", "epochfs-steady": "copy-steady", "epochfs-restart": "copy-cold",
+                 "epochfs-plan": "copy-steady",
                  "epochfs-ram-cold": "copy-cold", "epochfs-ram-steady": "copy-steady",
                  "tmpfs": "copy-steady"}
 #: Real-client rows, in table order.
@@ -979,7 +981,8 @@ class Bench:
         """epochfs with --ram = ram_fraction x the limit: epoch 1 cold, steady epochs, the
         real client on the same mount, then a restart with the page cache dropped."""
         a = self.args
-        keys = ("epochfs-e1", "epochfs-steady", "epochfs-restart", "epochfs-ram-cold", "epochfs-ram-steady")
+        keys = ("epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart", "epochfs-ram-cold",
+                "epochfs-ram-steady")
         if self.epochfs_bin is None:
             self.skip(keys, f"epochfs binary not found ({self.epochfs_where}); build it or pass --epochfs")
             return
@@ -1006,6 +1009,11 @@ class Bench:
             self.measure("epochfs-e1", fs.mountpoint, 1, fs=fs, cold=True, extra=info)
             for e in range(2, a.steady_epochs + 2):
                 self.measure("epochfs-steady", fs.mountpoint, e, fs=fs)
+            # What the epochfs loader adds: the epoch's order told to the prefetcher
+            # before the epoch (.epochfs/plan), same limit, same unmodified reads.
+            e = a.steady_epochs + 2
+            self.publish_plan(fs.mountpoint, e)
+            self.measure("epochfs-plan", fs.mountpoint, e, fs=fs)
             self.real_client("epochfs", fs.mountpoint, fs=fs)
         except RowFailed as e:
             self.failures.append(str(e))
@@ -1021,10 +1029,16 @@ class Bench:
             self.skip(keys[2:], f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
             return
         try:
-            self.measure("epochfs-restart", fs.mountpoint, a.steady_epochs + 2, fs=fs, cold=True, extra=info)
+            self.measure("epochfs-restart", fs.mountpoint, a.steady_epochs + 3, fs=fs, cold=True, extra=info)
         finally:
             fs.stop()
         self.run_epochfs_ceiling(make)
+
+    def publish_plan(self, mountpoint: str, epoch: int) -> None:
+        """Writes epoch ``epoch``'s order (the raw readers' permutation) to .epochfs/plan."""
+        order = epoch_order(len(self.manifest), self.args.seed, epoch)
+        with open(os.path.join(mountpoint, ".epochfs", "plan"), "w") as f:
+            f.write("epochfs-plan 1\n" + "".join(self.manifest.paths[i] + "\n" for i in order.tolist()) + "\n")
 
     def run_epochfs_ceiling(self, make) -> None:
         """What any epoch served through FUSE can reach on this machine: the whole data set
@@ -1049,7 +1063,7 @@ class Bench:
             return
         try:
             self._wait_all_in_ram(fs)
-            epoch = a.steady_epochs + 3
+            epoch = a.steady_epochs + 4
             self.measure("epochfs-ram-cold", fs.mountpoint, epoch, fs=fs, limited=False, cold=True)
             os.sync()
             write_file("/proc/sys/vm/drop_caches", "1\n")  # the page cache only, not the dentries
