@@ -125,7 +125,7 @@ std::vector<OptionRow> BuildTable() {
        .fstab_keys = {"log_level"},
        .type = kOneOf,
        .choices = {"trace", "debug", "info", "warn", "error", "off"},
-       .help = "trace, debug, info, warn, error",
+       .help = "trace, debug, info, warn, error, off",
        .help_default = "info",
        .apply = [](const OptionValue& v, MountOptions& o) { o.log_level = v.text; }},
       {.flag = "--log-file",

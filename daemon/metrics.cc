@@ -202,9 +202,47 @@ std::string ServiceStatusLine(const nlohmann::json& stats) {
   return line;
 }
 
+namespace {
+
+// The length of the valid UTF-8 sequence at the start of `s` (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 if it does not start with one.
+size_t Utf8SequenceLength(std::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto continuation = [&](size_t i) { return i < s.size() && (byte(i) & 0xC0) == 0x80; };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return continuation(1) ? 2 : 0;
+  if (lead >= 0xE0 && lead <= 0xEF) {
+    if (!continuation(1) || !continuation(2)) return 0;
+    if (lead == 0xE0 && byte(1) < 0xA0) return 0;   // overlong
+    if (lead == 0xED && byte(1) >= 0xA0) return 0;  // a surrogate
+    return 3;
+  }
+  if (lead >= 0xF0 && lead <= 0xF4) {
+    if (!continuation(1) || !continuation(2) || !continuation(3)) return 0;
+    if (lead == 0xF0 && byte(1) < 0x90) return 0;   // overlong
+    if (lead == 0xF4 && byte(1) >= 0x90) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::string EscapeLabelValue(const std::string& value) {
+  // The exposition format is UTF-8, and a source path is whatever bytes its folder's
+  // name has: each byte that is not part of valid UTF-8 becomes U+FFFD, as the stats
+  // JSON's dump does.
   std::string out;
-  for (char c : value) {
+  std::string_view rest(value);
+  while (!rest.empty()) {
+    const size_t len = Utf8SequenceLength(rest);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";
+      rest.remove_prefix(1);
+      continue;
+    }
+    const char c = rest[0];
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '"') {
@@ -212,8 +250,9 @@ std::string EscapeLabelValue(const std::string& value) {
     } else if (c == '\n') {
       out += "\\n";
     } else {
-      out.push_back(c);
+      out.append(rest.substr(0, len));
     }
+    rest.remove_prefix(len);
   }
   return out;
 }

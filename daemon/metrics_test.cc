@@ -77,6 +77,23 @@ TEST(Metrics, PrometheusTextParsesAndMatchesTheSnapshot) {
   EXPECT_EQ(samples.count("epochfs_packs{" + mp + "}"), 0u);
 }
 
+// Label values are UTF-8 whatever bytes the source's path has: an invalid byte becomes
+// U+FFFD, valid multi-byte characters and the three escapes stay as they are.
+TEST(Metrics, LabelValuesAreValidUtf8) {
+  const std::string replacement = "\xEF\xBF\xBD";
+  EXPECT_EQ(EscapeLabelValue("/data/\xff\xfe"), "/data/" + replacement + replacement);
+  EXPECT_EQ(EscapeLabelValue("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(EscapeLabelValue("\xC0\xAF"), replacement + replacement);  // overlong '/'
+  EXPECT_EQ(EscapeLabelValue("\xED\xA0\x80"), replacement + replacement + replacement);  // surrogate
+  EXPECT_EQ(EscapeLabelValue("x\xE2\x82"), "x" + replacement + replacement);  // cut short
+  nlohmann::json stats = {{"mountpoint", "/mnt/\xff"}, {"source", "/src/\xfe"}};
+  const std::string text = PrometheusText(stats);
+  EXPECT_NE(text.find("source=\"/src/" + replacement + "\""), std::string::npos) << text;
+  EXPECT_EQ(text.find('\xff'), std::string::npos);
+}
+
 TEST(Metrics, ServiceStatusLine) {
   EXPECT_EQ(ServiceStatusLine(SampleStats()),
             "Serving /data/a \"b\": 80.0% hits (RAM 50.0%, SSD 30.0%), 2 source reads, SSD "
