@@ -67,7 +67,10 @@ class SummaryTest(unittest.TestCase):
             _row("epochfs-steady", 4000, epoch=2, oom_kills=0, memcg_limit_bytes=1),
             _row("epochfs-steady", 4500, epoch=3, oom_kills=0, memcg_limit_bytes=1),
             _row("epochfs-steady", 5000, epoch=4, oom_kills=0, memcg_limit_bytes=1),
-            _row("epochfs-restart", 2500, epoch=5, oom_kills=0, memcg_limit_bytes=1),
+            _row("epochfs-plan", 6000, epoch=5, oom_kills=0, memcg_limit_bytes=1),
+            _row("epochfs-restart", 2500, epoch=6, oom_kills=0, memcg_limit_bytes=1),
+            _row("epochfs-ram-cold", 1500, epoch=7),
+            _row("epochfs-ram-steady", 7500, epoch=8),
             _row("tmpfs", 10000),
         ]
 
@@ -79,6 +82,13 @@ class SummaryTest(unittest.TestCase):
         self.assertAlmostEqual(s["epochfs-steady"]["x_plain_copy"], 4500 / 2500, places=3)  # steady vs steady
         self.assertAlmostEqual(s["epochfs-restart"]["x_plain_copy"], 2.5, places=3)  # cold vs the copy read cold
         self.assertAlmostEqual(s["epochfs-steady"]["x_source"], 15.0, places=3)
+        # The published-order row is a steady state; the all-in-RAM rows compare like with
+        # like: dentries dropped against the copy read cold, page cache only against its steady state.
+        self.assertAlmostEqual(s["epochfs-plan"]["x_plain_copy"], 6000 / 2500, places=3)
+        self.assertAlmostEqual(s["epochfs-ram-cold"]["x_plain_copy"], 1.5, places=3)
+        self.assertAlmostEqual(s["epochfs-ram-steady"]["x_plain_copy"], 3.0, places=3)
+        self.assertFalse(s["epochfs-ram-steady"]["under_memory_limit"])
+        self.assertIn("all in RAM", format_table(self.rows()))
         self.assertEqual(s["source"]["source_ios_per_file"], 1.2)
         self.assertTrue(s["source"]["under_memory_limit"])
         self.assertFalse(s["tmpfs"]["under_memory_limit"])
