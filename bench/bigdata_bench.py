@@ -123,7 +123,7 @@ RSS_SLACK = 100 << 20  # daemon peak RSS may exceed --ram by this much
 
 #: Raw-reader rows, in table order, with their labels.
 ROWS = ("source", "copy-cold", "copy-steady", "epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart",
-        "epochfs-ram-cold", "epochfs-ram-steady", "tmpfs")
+        "epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram-buffered", "tmpfs", "tmpfs-buffered")
 LABELS = {
     "source": "source, under the limit",
     "copy-cold": "plain copy, cold",
@@ -134,15 +134,19 @@ LABELS = {
     "epochfs-restart": "epochfs after a restart",
     "epochfs-ram-cold": "epochfs, all in RAM, cold",
     "epochfs-ram-steady": "epochfs, all in RAM, steady",
+    "epochfs-ram-buffered": "  same, buffered open()",
     "tmpfs": "tmpfs, no limit (ceiling)",
+    "tmpfs-buffered": "  same, buffered open()",
 }
+#: epochfs rows mounted with the whole data set's --ram and no memory limit.
+UNLIMITED_EPOCHFS_ROWS = ("epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram-buffered")
 #: "vs plain copy" compares like with like: cold rows with the copy read cold, the rest
 #: with the copy's steady state.
 COPY_BASELINE = {"source": "copy-cold", "copy-cold": "copy-cold", "copy-steady": "copy-steady",
                  "epochfs-e1": "copy-cold", "epochfs-steady": "copy-steady", "epochfs-restart": "copy-cold",
                  "epochfs-plan": "copy-steady",
                  "epochfs-ram-cold": "copy-cold", "epochfs-ram-steady": "copy-steady",
-                 "tmpfs": "copy-steady"}
+                 "epochfs-ram-buffered": "copy-steady", "tmpfs": "copy-steady", "tmpfs-buffered": "copy-steady"}
 #: Real-client rows, in table order.
 CLIENT_ROWS = ("tmpfs", "copy", "epochfs", "source")
 CLIENT_LABELS = {"tmpfs": "tmpfs, no limit", "copy": "plain copy, under the limit",
@@ -711,7 +715,8 @@ class Bench:
 
     # -- measuring ---------------------------------------------------------------------
     def measure(self, key: str, root: str, epoch: int, *, fs: EpochfsMount | None = None,
-                limited: bool = True, cold: bool = False, extra: dict | None = None) -> Row:
+                limited: bool = True, cold: bool = False, extra: dict | None = None,
+                buffered: bool = False) -> Row:
         """Reads one epoch under ``root`` with the raw reader and records a row: throughput,
         the source's read IOs, the memory group's figures (``limited``: the readers join the
         group) and, for epochfs, the daemon's peak RSS and status counters over the epoch.
@@ -738,7 +743,7 @@ class Bench:
             try:
                 res = run_epoch(root, self.manifest, readers=self.args.readers, seed=self.args.seed, epoch=epoch,
                                 verify=self.args.verify, timeout=self._timeout(), progress=heartbeat,
-                                child_setup=self.memcg.join if limited else None)
+                                child_setup=self.memcg.join if limited else None, buffered=buffered)
             except ReadFailure as e:
                 if limited:
                     row.extra.update(self._mem_end(mem0, sampler))
@@ -911,6 +916,10 @@ class Bench:
         log(f"--- tmpfs copy, no memory limit: {self.tmpfs_root}")
         for e in range(1, self.args.copy_steady_epochs + 1):
             self.measure("tmpfs", self.tmpfs_root, e, limited=False)
+        # Python's default (buffered) open asks isatty() of each file: a syscall here, a
+        # FUSE round trip on a mount (the epochfs row of the same name).
+        self.measure("tmpfs-buffered", self.tmpfs_root, self.args.copy_steady_epochs + 1, limited=False,
+                     buffered=True)
         self.real_client("tmpfs", self.tmpfs_root, limited=False)
 
     def run_source(self) -> None:
@@ -982,7 +991,7 @@ class Bench:
         real client on the same mount, then a restart with the page cache dropped."""
         a = self.args
         keys = ("epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart", "epochfs-ram-cold",
-                "epochfs-ram-steady")
+                "epochfs-ram-steady", "epochfs-ram-buffered")
         if self.epochfs_bin is None:
             self.skip(keys, f"epochfs binary not found ({self.epochfs_where}); build it or pass --epochfs")
             return
@@ -1047,7 +1056,7 @@ class Bench:
         dentries (a LOOKUP per file, as after a restart), "steady" only the page cache (a
         GETATTR per file, as in the steady state under the limit)."""
         a = self.args
-        keys = ("epochfs-ram-cold", "epochfs-ram-steady")
+        keys = ("epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram-buffered")
         data = self.manifest.total_bytes
         saved_ram, self.ram = self.ram, int(data * 1.3) + (256 << 20)
         try:
@@ -1068,6 +1077,9 @@ class Bench:
             os.sync()
             write_file("/proc/sys/vm/drop_caches", "1\n")  # the page cache only, not the dentries
             self.measure("epochfs-ram-steady", fs.mountpoint, epoch + 1, fs=fs, limited=False)
+            os.sync()
+            write_file("/proc/sys/vm/drop_caches", "1\n")
+            self.measure("epochfs-ram-buffered", fs.mountpoint, epoch + 2, fs=fs, limited=False, buffered=True)
         finally:
             fs.stop()
 
@@ -1094,7 +1106,9 @@ class Bench:
         return sum(vals) if vals else None
 
     def daemon_peak(self) -> int | None:
-        vals = [r.daemon_peak_rss for r in self.rows if r.daemon_peak_rss is not None]
+        # The all-in-RAM rows mount with a --ram of their own, outside the limit.
+        vals = [r.daemon_peak_rss for r in self.rows
+                if r.daemon_peak_rss is not None and r.scenario not in UNLIMITED_EPOCHFS_ROWS]
         vals += [e["daemon_peak_rss_bytes"] for e in self.client.get("epochfs", []) if e.get("daemon_peak_rss_bytes")]
         return max(vals) if vals else None
 
