@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <vector>
+
 namespace epochfs::fs {
 InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat, uint64_t max_file_fds)
     : max_file_fds_(max_file_fds) {
@@ -47,6 +49,9 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   inode->dev = key.dev;
   inode->ino = key.ino;
   inode->is_dir = S_ISDIR(st.st_mode);
+  // The node's own fd replaces the pin (closed under the lock: close() of an O_PATH fd
+  // does no IO).
+  if (pins_.erase(key) != 0) file_fds_--;
   if (!inode->is_dir) {
     if (file_fds_ < max_file_fds_ && path_fd) {
       file_fds_++;
@@ -176,6 +181,44 @@ MountChange::~MountChange() {
   // Counted as made before it stops being in flight: an observation never sees neither.
   table_.EndMountChange(*inode_, made_);
   inode_->changes_in_flight.fetch_sub(1);
+}
+
+bool InodeTable::Pin(const struct ::stat& st, UniqueFd fd) {
+  const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  MutexLock lock(mutex_);
+  if (by_devino_.count(key) != 0 || pins_.count(key) != 0) return true;
+  if (pins_.size() + 1 > max_file_fds_ / 4 * 3 || file_fds_ >= max_file_fds_) return false;
+  pins_.emplace(key, std::make_shared<const UniqueFd>(std::move(fd)));
+  file_fds_++;
+  return true;
+}
+
+size_t InodeTable::ReleasePins(bool all) {
+  std::vector<std::pair<DevIno, std::shared_ptr<const UniqueFd>>> held;
+  {
+    MutexLock lock(mutex_);
+    held.assign(pins_.begin(), pins_.end());
+  }
+  std::vector<std::shared_ptr<const UniqueFd>> closing;  // closed after the lock
+  std::erase_if(held, [&](const auto& pin) {
+    struct ::stat st {};
+    const bool gone = all || ::fstat(pin.second->get(), &st) != 0 || st.st_nlink == 0;
+    return !gone;
+  });
+  MutexLock lock(mutex_);
+  for (auto& [key, fd] : held) {
+    auto it = pins_.find(key);
+    if (it == pins_.end() || it->second != fd) continue;  // a lookup took it meanwhile
+    closing.push_back(std::move(it->second));
+    pins_.erase(it);
+    file_fds_--;
+  }
+  return pins_.size();
+}
+
+size_t InodeTable::pins() const {
+  MutexLock lock(mutex_);
+  return pins_.size();
 }
 
 uint64_t InodeTable::file_fds() const {

@@ -143,8 +143,21 @@ class InodeTable {
   bool KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,
                           Observation seen) const;
 
+  // Pins: O_PATH fds of source files the kernel does not know yet, held so that their
+  // dentries and inodes stay in memory until it looks them up (fs/metadata_warmup.h).
+  // A pin counts against the file fd budget, and is closed the moment the file's node
+  // is created: the node holds its own fd from then on. Pin() takes `fd` of the object
+  // `st`; it refuses (returns false, closing `fd`) once pins would hold more than 3/4
+  // of the budget, which leaves fds for the nodes of files nobody pinned. An object the
+  // kernel already knows is not pinned (true).
+  bool Pin(const struct ::stat& st, UniqueFd fd);
+  // Closes the pins of files that have no name left (deleted underneath: a pin must
+  // not keep their space), or every pin with `all`. Returns how many are left.
+  size_t ReleasePins(bool all);
+  size_t pins() const;
+
   size_t size() const;
-  uint64_t file_fds() const;
+  uint64_t file_fds() const;  // file nodes' fds and pins
 
  private:
   friend class MountChange;
@@ -166,7 +179,10 @@ class InodeTable {
   std::shared_ptr<Inode> root_;
   uint64_t next_nodeid_ = 16;  // ids below 16 are reserved for control nodes
   const uint64_t max_file_fds_;
-  uint64_t file_fds_ GUARDED_BY(mutex_) = 0;  // file nodes in the table holding an fd
+  uint64_t file_fds_ GUARDED_BY(mutex_) = 0;  // file nodes holding an fd, and pins
+  // Shared so that ReleasePins can fstat them outside the lock while a lookup closes one.
+  std::unordered_map<DevIno, std::shared_ptr<const UniqueFd>, DevInoHash> pins_
+      GUARDED_BY(mutex_);
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_ GUARDED_BY(mutex_);
   std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_ GUARDED_BY(mutex_);
 };

@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/testing/test_files.h"
 
 namespace epochfs::fs {
 namespace {
@@ -181,6 +184,57 @@ TEST(InodeTable, FileNodesKeepTheirFdOnlyUpToTheCap) {
   EXPECT_EQ(table.file_fds(), 1u);
   auto e = table.Remember(table.root(), "e", FakeStat(1, 105, S_IFREG), fd());
   EXPECT_TRUE(e->path_fd.valid());
+}
+
+}  // namespace
+}  // namespace epochfs::fs
+
+namespace epochfs::fs {
+namespace {
+
+// Pins hold a file's fd until its node exists, within 3/4 of the file fd budget.
+TEST(InodeTable, PinsAreHeldUntilTheNodeExistsWithinTheBudget) {
+  UniqueFd root(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  InodeTable table(std::move(root), FakeStat(1, 2, S_IFDIR | 0755), /*max_file_fds=*/4);
+  auto fd = [] { return UniqueFd(::open("/tmp", O_PATH | O_CLOEXEC)); };
+  auto known = table.Remember(table.root(), "known", FakeStat(1, 200, S_IFREG), fd());
+  EXPECT_TRUE(table.Pin(FakeStat(1, 200, S_IFREG), fd())) << "known: nothing to pin";
+  EXPECT_EQ(table.pins(), 0u);
+  EXPECT_TRUE(table.Pin(FakeStat(1, 201, S_IFREG), fd()));
+  EXPECT_TRUE(table.Pin(FakeStat(1, 201, S_IFREG), fd())) << "pinned already";
+  EXPECT_TRUE(table.Pin(FakeStat(1, 202, S_IFREG), fd()));
+  EXPECT_TRUE(table.Pin(FakeStat(1, 203, S_IFREG), fd()));
+  EXPECT_FALSE(table.Pin(FakeStat(1, 204, S_IFREG), fd())) << "3 of 4 fds are pins already";
+  EXPECT_EQ(table.pins(), 3u);
+  EXPECT_EQ(table.file_fds(), 4u);  // one node, three pins
+  // The kernel looks a pinned file up: its node's fd replaces the pin.
+  auto looked_up = table.Remember(table.root(), "b", FakeStat(1, 201, S_IFREG), fd());
+  EXPECT_TRUE(looked_up->path_fd.valid());
+  EXPECT_EQ(table.pins(), 2u);
+  EXPECT_EQ(table.file_fds(), 4u);
+  EXPECT_EQ(table.ReleasePins(/*all=*/true), 0u);
+  EXPECT_EQ(table.file_fds(), 2u);
+}
+
+// A pinned file deleted underneath loses its pin at the next check: a pin must not
+// keep a deleted file's space.
+TEST(InodeTable, PinOfADeletedFileIsReleased) {
+  testing::TempDir dir;
+  UniqueFd root(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  struct ::stat root_st {};
+  ASSERT_EQ(::fstat(root.get(), &root_st), 0);
+  InodeTable table(std::move(root), root_st);
+  for (const char* name : {"keep", "delete"}) {
+    UniqueFd pin(::open(dir.Write(name, "bytes").c_str(), O_PATH | O_CLOEXEC));
+    struct ::stat st {};
+    ASSERT_EQ(::fstat(pin.get(), &st), 0);
+    ASSERT_TRUE(table.Pin(st, std::move(pin)));
+  }
+  EXPECT_EQ(table.ReleasePins(/*all=*/false), 2u);
+  ASSERT_EQ(::unlink((dir / "delete").c_str()), 0);
+  EXPECT_EQ(table.ReleasePins(/*all=*/false), 1u);
+  EXPECT_EQ(table.file_fds(), 1u);
+  EXPECT_EQ(table.ReleasePins(/*all=*/true), 0u);
 }
 
 }  // namespace

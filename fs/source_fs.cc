@@ -208,6 +208,12 @@ void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
   }
 }
 
+void SourceFs::WarmMetadata(std::vector<std::string> paths,
+                            const MetadataWarmup::Options& options) {
+  warmup_ = std::make_unique<MetadataWarmup>(inodes_.root()->path_fd.get(), std::move(paths),
+                                             inodes_, options);
+}
+
 void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
   watcher_.store(watcher);
   kernel_.store(kernel);

@@ -35,6 +35,7 @@
 #include "fs/change_watcher.h"
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"
+#include "fs/metadata_warmup.h"
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::fs {
@@ -142,6 +143,11 @@ class SourceFs {
 
   const InodeTable& inodes() const { return inodes_; }
 
+  // After a restart: brings the source's metadata of `paths` (relative to the root, the
+  // files the last epoch read) into memory ahead of the first epoch's lookups, and holds
+  // it there until they come (fs/metadata_warmup.h). Call once.
+  void WarmMetadata(std::vector<std::string> paths, const MetadataWarmup::Options& options);
+
   Result<std::unique_ptr<DirHandle>> OpenDir(uint64_t nodeid);
   // Calls `emit(name, entry, next_offset)` for each entry from `offset` on until it
   // returns false (the reply buffer is full). With `plus`, each entry is looked up (and
@@ -225,6 +231,7 @@ class SourceFs {
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   prefetch::Prefetcher* const prefetcher_;  // every demand read is reported to it; may be null
+  std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes
 };
 
 }  // namespace epochfs::fs
