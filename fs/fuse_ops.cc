@@ -36,6 +36,12 @@ void ReplyError(fuse_req_t req, const Status& status) {
   fuse_reply_err(req, err);
 }
 
+// For requests whose whole answer is a Status: a failure is counted like any other.
+void ReplyStatus(fuse_req_t req, const Status& status) {
+  if (!status.ok()) return ReplyError(req, status);
+  fuse_reply_err(req, 0);
+}
+
 // Control nodes change all the time: the kernel must never trust what it was told.
 void ReplyControlEntry(fuse_req_t req, uint64_t nodeid) {
   struct fuse_entry_param e {};
@@ -215,14 +221,14 @@ void DoLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* n
 void DoUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_unlink);
   if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
-  fuse_reply_err(req, ToErrno(ctx.fs->Unlink(parent, name)));
+  ReplyStatus(req, ctx.fs->Unlink(parent, name));
 }
 
 void DoRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_rmdir);
   if (IsControlDirLookup(parent, name)) return ReplyError(req, Status::FromErrno(EPERM, name));
   if (auto st = RefuseInControl(parent); !st.ok()) return ReplyError(req, st);
-  fuse_reply_err(req, ToErrno(ctx.fs->RemoveDir(parent, name)));
+  ReplyStatus(req, ctx.fs->RemoveDir(parent, name));
 }
 
 void DoRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
@@ -232,7 +238,7 @@ void DoRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
       ControlDir::IsControl(parent) || ControlDir::IsControl(new_parent)) {
     return ReplyError(req, Status::FromErrno(EPERM, "control"));
   }
-  fuse_reply_err(req, ToErrno(ctx.fs->Rename(parent, name, new_parent, new_name, flags)));
+  ReplyStatus(req, ctx.fs->Rename(parent, name, new_parent, new_name, flags));
 }
 
 // ---- files ----
@@ -352,8 +358,7 @@ void DoFsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info
     return;
   }
   FileHandle* fh = HandleOf(fi);
-  fuse_reply_err(req, ToErrno(fh ? ctx.fs->Fsync(*fh, datasync != 0)
-                                 : ctx.fs->FsyncNode(ino, datasync != 0)));
+  ReplyStatus(req, fh ? ctx.fs->Fsync(*fh, datasync != 0) : ctx.fs->FsyncNode(ino, datasync != 0));
 }
 
 // ---- directories ----
@@ -383,6 +388,7 @@ void ReadControlDir(fuse_req_t req, FuseContext& ctx, size_t size, off_t off, bo
     if (plus) {
       struct fuse_entry_param e {};
       e.ino = files[i].nodeid;
+      e.generation = 1;  // as its lookup says: another would make the kernel drop the inode
       e.attr = st;
       need = fuse_add_direntry_plus(req, buf.data() + used, size - used, files[i].name.c_str(),
                                     &e, next);
@@ -445,8 +451,7 @@ void DoFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_i
     fuse_reply_err(req, 0);
     return;
   }
-  fuse_reply_err(req, ToErrno(ctx.fs->FsyncDir(*reinterpret_cast<DirHandle*>(fi->fh),
-                                               datasync != 0)));
+  ReplyStatus(req, ctx.fs->FsyncDir(*reinterpret_cast<DirHandle*>(fi->fh), datasync != 0));
 }
 
 // Python's buffered open() asks isatty() of every file it opens, and the kernel sends
@@ -480,7 +485,7 @@ void DoSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
                 int flags) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_setxattr);
   if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
-  fuse_reply_err(req, ToErrno(ctx.fs->SetXattr(ino, name, std::string(value, size), flags)));
+  ReplyStatus(req, ctx.fs->SetXattr(ino, name, std::string(value, size), flags));
 }
 
 void DoGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) noexcept {
@@ -500,7 +505,7 @@ void DoListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) noexcept {
 void DoRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) noexcept {
   FuseContext& ctx = Counted(req, RequestKind::k_removexattr);
   if (ControlDir::IsControl(ino)) return ReplyError(req, Status::FromErrno(EPERM, "control"));
-  fuse_reply_err(req, ToErrno(ctx.fs->RemoveXattr(ino, name)));
+  ReplyStatus(req, ctx.fs->RemoveXattr(ino, name));
 }
 
 void DoInit(void* userdata, struct fuse_conn_info* conn) noexcept {
