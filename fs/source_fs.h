@@ -1,4 +1,5 @@
-// SourceFs: the filesystem core. It answers every request in terms of the source
+// SourceFs: the source's half of the filesystem core (fs/filesystem.h sends each
+// request here or to the control directory). It answers in terms of the source
 // directory and the cache, and knows nothing of FUSE (fs/fuse_ops.cc translates).
 //
 // Transparency: attributes, names, link counts, symlinks and xattrs are the source's
