@@ -326,8 +326,6 @@ Status Daemon::Start() {
   plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get());
   WarmRecordedMetadata(options.cache_dir / "epochs", options.ram_budget, *fs_);
 
-  ctx_.fs = fs_.get();
-  ctx_.timeouts = options.timeouts;
   control_ = std::make_unique<ControlDir>(
       std::vector<ControlDir::File>{
           ControlDir::File{"stats", 3,
@@ -341,7 +339,6 @@ Status Daemon::Start() {
                              return plan_file_->Write(offset, data, uid, gid);
                            }}},
       root_stat_.st_uid, root_stat_.st_gid);
-  ctx_.control = control_.get();
 
   // libfuse splits -o at commas; a comma or backslash in the path is escaped.
   std::string fsname;
@@ -363,7 +360,6 @@ Status Daemon::Start() {
   session_.Reset(fuse_session_new(&args, &ops, sizeof(ops), &ctx_));
   fuse_opt_free_args(&args);
   if (!session_.get()) return Status::InvalidArgument("libfuse refused the mount options");
-  ctx_.session = session_.get();
 
   std::string why;
   options.consistency = ResolveConsistency(options.consistency, options.source, &why);
@@ -379,11 +375,15 @@ Status Daemon::Start() {
       why = "inotify unavailable";
     }
   }
-  ctx_.kernel_asks_to_open = options.consistency == Consistency::kOpen;
-  // The watcher and the invalidator need the session, which needs fs_: the one link
-  // made after construction (SourceFs::AttachKernel).
-  fs_->AttachKernel(watcher_.get(), ctx_.kernel_asks_to_open ? invalidator_.get() : nullptr);
-  detach_kernel_.Set([this] { fs_->AttachKernel(nullptr, nullptr); });
+  fs::FilesystemOptions core_options;
+  core_options.timeouts = options.timeouts;
+  core_options.kernel_asks_to_open = options.consistency == Consistency::kOpen;
+  core_ = std::make_unique<fs::Filesystem>(*fs_, *control_, core_options);
+  ctx_.fs = core_.get();
+  // The watcher and the invalidator need the session, which needs the core: the one
+  // link made after construction (Filesystem::AttachKernel).
+  core_->AttachKernel(watcher_.get(), invalidator_.get());
+  detach_kernel_.Set([this] { core_->AttachKernel(nullptr, nullptr); });
 
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
 

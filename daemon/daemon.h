@@ -31,6 +31,7 @@
 #include "daemon/service_notify.h"
 #include "fs/change_watcher.h"
 #include "fs/control.h"
+#include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/plan_file.h"
 #include "fs/root_source_tree.h"
@@ -126,11 +127,15 @@ class Daemon {
   std::unique_ptr<fs::PlanFile> plan_file_;
   fs::FuseContext ctx_;
   std::unique_ptr<fs::ControlDir> control_;
+  // The core the session's callbacks call (ctx_.fs). Made once the consistency mode is
+  // known, which is after the session is (the watcher notifies through it); declared
+  // before the session all the same, so that it outlives it.
+  std::unique_ptr<fs::Filesystem> core_;
   FuseSession session_;
   std::unique_ptr<fs::KernelInvalidator> invalidator_;
   // Notifies through the session: stopped before it.
   std::unique_ptr<fs::ChangeWatcher> watcher_;
-  // SourceFs::AttachKernel's undo: the filesystem lets go of the watcher and the
+  // Filesystem::AttachKernel's undo: the filesystem lets go of the watcher and the
   // invalidator before they are destroyed.
   ShutdownStep detach_kernel_;
   std::unique_ptr<MetricsExporter> exporter_;

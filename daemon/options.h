@@ -11,11 +11,11 @@
 #include <string>
 
 #include "base/status.h"
-#include "fs/fuse_ops.h"
+#include "fs/filesystem.h"
 
 namespace epochfs::daemon {
 
-// How changes made to the source underneath the mount reach readers (fs/fuse_ops.h).
+// How changes made to the source underneath the mount reach readers (fs/filesystem.h).
 enum class Consistency {
   kAuto,    // notify on local filesystems, open on network filesystems
   kOpen,    // every open re-checks the source file (close-to-open)

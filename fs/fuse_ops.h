@@ -1,18 +1,15 @@
-// The FUSE low-level glue: decode a request, call SourceFs or the control directory,
-// map the Status to an errno in one place (ToErrno), send exactly one reply.
+// The FUSE low-level glue: decode a request, make one call into the core
+// (fs/filesystem.h), send exactly one reply made from what it returns; a Status becomes
+// an errno in one place (ToErrno). Whether a request is for the source or the control
+// directory, and what the kernel may cache of the answer (timeouts, the consistency
+// mode), is the core's business.
 //
-// Kernel-side caching is chosen here (docs/architecture.md has the measurements):
-// long entry and attribute timeouts (the source is read-mostly), FLUSH answered ENOSYS
-// once so close() costs no round trip, readdirplus, and one of two consistency modes:
-//  - "open": every open() is a request; it re-checks the source file and lets the
-//    kernel keep its cached pages only if the file is unchanged (close-to-open, as
-//    NFS). Two round trips per file (open, release) on every epoch.
-//  - "notify": OPEN is answered ENOSYS once, after which the kernel opens files
-//    without asking and keeps their pages; a warm epoch sends no request at all.
-//    Changes made underneath the mount reach the kernel from the ChangeWatcher.
+// What the connection asks of the kernel is chosen here, at INIT (docs/architecture.md
+// has the measurements): readdirplus, FLUSH answered ENOSYS once so close() costs no
+// round trip, no writeback cache, and page invalidation only when the daemon says so.
 //
 // Thread-safety: callbacks run on libfuse's worker threads concurrently; everything
-// they share (SourceFs, ControlDir, the counters) is thread-safe.
+// they share (the Filesystem, the counters) is thread-safe.
 #pragma once
 
 #include <fuse_lowlevel.h>
@@ -25,8 +22,7 @@
 #include "base/counters.h"
 #include "base/status.h"
 #include "fs/change_watcher.h"
-#include "fs/control.h"
-#include "fs/source_fs.h"
+#include "fs/filesystem.h"
 
 namespace epochfs::fs {
 
@@ -65,20 +61,10 @@ class RequestCounters {
   std::atomic<uint64_t> errors_{0};
 };
 
-struct FuseTimeouts {
-  double entry_s = 60.0;     // how long the kernel trusts a name -> node mapping
-  double attr_s = 60.0;      // how long it trusts attributes
-  double negative_s = 1.0;   // how long it trusts "no such name"
-};
-
 // What every callback reaches through fuse_req_userdata().
 struct FuseContext {
-  SourceFs* fs = nullptr;
-  const ControlDir* control = nullptr;
-  FuseTimeouts timeouts;
-  bool kernel_asks_to_open = true;  // false: the "notify" consistency mode
+  Filesystem* fs = nullptr;  // set before mounting
   RequestCounters counters;
-  struct fuse_session* session = nullptr;
 };
 
 // Invalidates the kernel's caches through the session (for the ChangeWatcher).

@@ -472,16 +472,14 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   OpenResult result;
   const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
-  result.attributes_changed = match == InodeTable::CacheMatch::kChanged;
-  if (result.attributes_changed) {
+  if (match == InodeTable::CacheMatch::kChanged) {
     cache_->Invalidate(id.dev, id.ino);
     if (Invalidator* kernel = kernel_.load()) {
-      // Dropped now, while the lock holds other opens back: an open that raced this
-      // one and found the new identity already recorded would otherwise keep the old
-      // pages until this opener's own invalidation ran.
+      // Dropped now (attributes and pages), while the lock holds other opens back: an
+      // open that raced this one and found the new identity already recorded would
+      // otherwise keep the old pages until this opener's reply dropped them.
       kernel->InvalidateInode(nodeid);
       result.keep_cache = true;
-      result.attributes_changed = false;
     }
   }
   result.handle = NewHandle(*inode, std::move(fd), id, flags);

@@ -1,4 +1,5 @@
-// SourceFs: the filesystem core. It answers every request in terms of the source
+// SourceFs: the source's half of the filesystem core (fs/filesystem.h sends each
+// request here or to the control directory). It answers in terms of the source
 // directory and the cache, and knows nothing of FUSE (fs/fuse_ops.cc translates).
 //
 // Transparency: attributes, names, link counts, symlinks and xattrs are the source's
@@ -71,8 +72,6 @@ struct OpenResult {
   std::unique_ptr<FileHandle> handle;
   // The kernel may keep its cached pages: the source file is unchanged since they were read.
   bool keep_cache = false;
-  // The source changed since the kernel last cached this file's attributes.
-  bool attributes_changed = false;
 };
 
 struct SourceFsOptions {
@@ -99,6 +98,9 @@ class SourceFs {
   struct AttrChange {
     bool mode = false, uid = false, gid = false, size = false, atime = false, mtime = false;
     bool atime_now = false, mtime_now = false;
+    // Any bit not named above (ctime, kill suid/sgid): nothing here acts on them, but a
+    // request carrying one is more than a truncate.
+    bool other = false;
   };
   Result<struct ::stat> SetAttr(uint64_t nodeid, const struct ::stat& attr, AttrChange what,
                                 FileHandle* fh, Caller caller);
@@ -137,8 +139,9 @@ class SourceFs {
   // loop has ended and before destroying them.
   // `watcher` ("notify" mode): from now on every directory node is watched for changes
   // made underneath the mount. `kernel` ("open" mode): an open that finds the file
-  // changed since the kernel cached its pages drops them through it before replying
-  // (nullptr: the reply says not to keep them instead).
+  // changed since the kernel cached its pages drops them, and its attributes, through
+  // it before replying (nullptr: the reply says not to keep the pages instead, and the
+  // kernel keeps the old attributes until their timeout).
   void AttachKernel(ChangeWatcher* watcher, Invalidator* kernel);
 
   const InodeTable& inodes() const { return inodes_; }

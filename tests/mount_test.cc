@@ -310,6 +310,20 @@ TEST_F(MountTest, RequestsPerFileInEachMode) {
   }
 }
 
+// request_errors counts every request answered with an error, whatever its kind (a
+// failed RMDIR or REMOVEXATTR once went uncounted).
+TEST_F(MountTest, EveryErrorReplyIsCounted) {
+  fsys::create_directories(src_ / "full");
+  WriteFile(src_ / "full" / "f", "x");
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  const uint64_t before = m->Stats()["request_errors"].get<uint64_t>();
+  EXPECT_NE(::rmdir((mnt_ / "full").c_str()), 0);  // the source answers ENOTEMPTY
+  EXPECT_EQ(errno, ENOTEMPTY);
+  EXPECT_NE(::removexattr((mnt_ / "full" / "f").c_str(), "user.epochfs-none"), 0);
+  EXPECT_EQ(m->Stats()["request_errors"].get<uint64_t>(), before + 2);
+}
+
 TEST_F(MountTest, LargeFilesAreReadInChunkSizedRequests) {
   // 8 MiB read cold: at the kernel's default 128 KiB readahead that is 64 READs.
   const std::string big = RandomBytes(8u << 20, 12);

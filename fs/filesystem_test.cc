@@ -1,0 +1,257 @@
+// The core's routing between the source and the control directory, and what it lets
+// the kernel cache, without a mount (tests/ covers the same through real mounts).
+#include "fs/filesystem.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/testing/test_files.h"
+#include "fs/fuse_ops.h"
+
+namespace epochfs::fs {
+namespace {
+
+constexpr uint64_t kStats = 3;
+constexpr uint64_t kPlan = 4;
+
+class RecordingInvalidator : public Invalidator {
+ public:
+  void InvalidateEntry(uint64_t, const std::string&) override {}
+  void InvalidateInode(uint64_t nodeid) override { inodes.push_back(nodeid); }
+  std::vector<uint64_t> inodes;
+};
+
+class FilesystemTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("src/file.txt", "hello");
+    dir_.Mkdir("src/folder");
+    dir_.Mkdir("src/.epochfs");  // a source folder of that name stays hidden
+    cache::CacheOptions cache_options;
+    cache_options.cache_dir = dir_ / "cache";
+    cache_options.ram_budget = 8 << 20;
+    cache_options.disk_budget = 0;
+    cache_options.use_io_uring = false;
+    auto cache = cache::Cache::Open(cache_options);
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    cache_ = std::move(cache).value();
+    UniqueFd root(::open((dir_ / "src").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(root);
+    auto source = SourceFs::Create(std::move(root), SourceFsOptions{}, *cache_, nullptr);
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    source_ = std::move(source).value();
+    control_ = std::make_unique<ControlDir>(
+        std::vector<ControlDir::File>{
+            ControlDir::File{"stats", kStats, [] { return std::string("{}\n"); }},
+            ControlDir::File{"plan", kPlan, [] { return std::string("no plan\n"); },
+                             [this](uint64_t, std::string_view data, uid_t, gid_t) {
+                               written_ += data;
+                               return Status::Ok();
+                             }}},
+        0, 0);
+  }
+
+  std::unique_ptr<Filesystem> Make(bool kernel_asks_to_open) {
+    FilesystemOptions options;
+    options.timeouts.entry_s = 7;
+    options.timeouts.attr_s = 8;
+    options.timeouts.negative_s = 9;
+    options.kernel_asks_to_open = kernel_asks_to_open;
+    auto core = std::make_unique<Filesystem>(*source_, *control_, options);
+    core->AttachKernel(nullptr, &kernel_);
+    return core;
+  }
+
+  static int Errno(const Status& status) { return ToErrno(status); }
+
+  testing::TempDir dir_;
+  std::unique_ptr<cache::Cache> cache_;
+  std::unique_ptr<SourceFs> source_;
+  std::unique_ptr<ControlDir> control_;
+  RecordingInvalidator kernel_;
+  std::string written_;
+};
+
+TEST_F(FilesystemTest, ControlNodesAreFoundByNameAndNeverTrusted) {
+  auto core = Make(true);
+  auto dir = core->Lookup(kRootNodeId, ControlDir::kDirName);
+  ASSERT_TRUE(dir.ok());
+  EXPECT_EQ(dir->nodeid, ControlDir::kDirNodeId);
+  EXPECT_TRUE(S_ISDIR(dir->attr.st_mode));
+  EXPECT_EQ(dir->entry_timeout, 0);
+  EXPECT_EQ(dir->attr_timeout, 0);
+  auto stats = core->Lookup(ControlDir::kDirNodeId, "stats");
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->nodeid, kStats);
+  EXPECT_EQ(stats->entry_timeout, 0);
+  auto attr = core->GetAttr(kStats, nullptr);
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->timeout, 0);
+  // No negative entry in the control directory: a name there is never remembered.
+  EXPECT_EQ(Errno(core->Lookup(ControlDir::kDirNodeId, "nope").status()), ENOENT);
+  EXPECT_TRUE(kernel_.inodes.empty()) << "\"open\" mode reads control files with direct I/O";
+}
+
+TEST_F(FilesystemTest, SourceEntriesCarryTheModesTimeouts) {
+  auto open_mode = Make(true);
+  auto file = open_mode->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->entry_timeout, 0) << "close-to-open: each open looks the file up";
+  EXPECT_EQ(file->attr_timeout, 8);
+  auto folder = open_mode->Lookup(kRootNodeId, "folder");
+  ASSERT_TRUE(folder.ok());
+  EXPECT_EQ(folder->entry_timeout, 7);
+  auto missing = open_mode->Lookup(kRootNodeId, "missing");
+  ASSERT_TRUE(missing.ok()) << "a negative entry";
+  EXPECT_EQ(missing->nodeid, 0u);
+  EXPECT_EQ(missing->entry_timeout, 9);
+
+  auto notify_mode = Make(false);
+  auto again = notify_mode->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->entry_timeout, 7);
+}
+
+TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {
+  auto core = Make(false);
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  auto open = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(open.ok());
+  EXPECT_TRUE(open->kernel_opens_alone);
+  EXPECT_EQ(open->handle, nullptr);
+  ASSERT_TRUE(core->Lookup(ControlDir::kDirNodeId, "stats").ok());
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{kStats});
+  // Without a handle, reads go to the node's own inode.
+  auto data = core->Read(file->nodeid, nullptr, 0, 100);
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(std::string(data->data, data->size), "hello");
+}
+
+TEST_F(FilesystemTest, ControlFilesOpenWithDirectIoAndNoHandle) {
+  auto core = Make(true);
+  auto stats = core->Open(kStats, O_RDONLY);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_FALSE(stats->kernel_opens_alone);
+  EXPECT_TRUE(stats->direct_io);
+  EXPECT_EQ(stats->handle, nullptr);
+  EXPECT_EQ(Errno(core->Open(kStats, O_WRONLY).status()), EACCES);
+  EXPECT_TRUE(core->Open(kPlan, O_WRONLY).ok());
+  EXPECT_EQ(Errno(core->Open(ControlDir::kDirNodeId, O_RDONLY).status()), EISDIR);
+  core->Release(nullptr);  // what RELEASE of a control file hands back
+
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  auto open = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(open.ok());
+  EXPECT_FALSE(open->direct_io);
+  ASSERT_NE(open->handle, nullptr);
+  auto data = core->Read(file->nodeid, open->handle.get(), 1, 100);
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(std::string(data->data, data->size), "ello");
+  core->Release(std::move(open->handle));
+}
+
+TEST_F(FilesystemTest, ControlReadsArePaddedSnapshotsAndWritesGoToTheWriter) {
+  auto core = Make(true);
+  auto head = core->Read(kStats, nullptr, 0, 3);
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(std::string(head->data, head->size), "{}\n");
+  auto tail = core->Read(kStats, nullptr, ControlDir::kPaddedSize - 2, 100);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(std::string(tail->data, tail->size), "  ");
+  auto past = core->Read(kStats, nullptr, ControlDir::kPaddedSize + 5, 100);
+  ASSERT_TRUE(past.ok());
+  EXPECT_EQ(past->size, 0u);
+
+  auto written = core->Write(kPlan, nullptr, "epochfs-plan 1\n", 0, Caller{});
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(*written, 15u);
+  EXPECT_EQ(written_, "epochfs-plan 1\n");
+  EXPECT_EQ(Errno(core->Write(kStats, nullptr, "x", 0, Caller{}).status()), EBADF);
+  EXPECT_TRUE(core->Fsync(kPlan, nullptr, false).ok());
+}
+
+TEST_F(FilesystemTest, OnlyTruncatingAWritableControlFileIsAccepted) {
+  auto core = Make(true);
+  struct ::stat attr {};
+  SourceFs::AttrChange truncate;
+  truncate.size = true;
+  auto plan = core->SetAttr(kPlan, attr, truncate, nullptr, Caller{});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->timeout, 0);
+  EXPECT_EQ(Errno(core->SetAttr(kStats, attr, truncate, nullptr, Caller{}).status()), EPERM);
+  SourceFs::AttrChange truncate_and_ctime = truncate;
+  truncate_and_ctime.other = true;
+  EXPECT_EQ(Errno(core->SetAttr(kPlan, attr, truncate_and_ctime, nullptr, Caller{}).status()),
+            EPERM);
+  SourceFs::AttrChange chmod;
+  chmod.mode = true;
+  EXPECT_EQ(Errno(core->SetAttr(kPlan, attr, chmod, nullptr, Caller{}).status()), EPERM);
+}
+
+TEST_F(FilesystemTest, TheControlDirectoryCannotBeChanged) {
+  auto core = Make(true);
+  const uint64_t dir = ControlDir::kDirNodeId;
+  EXPECT_EQ(Errno(core->MakeDir(dir, "d", 0755, Caller{}).status()), EPERM);
+  EXPECT_EQ(Errno(core->MakeNode(dir, "n", S_IFREG | 0644, 0, Caller{}).status()), EPERM);
+  EXPECT_EQ(Errno(core->SymLink("x", dir, "l", Caller{}).status()), EPERM);
+  EXPECT_EQ(Errno(core->Create(dir, "c", 0644, O_WRONLY, Caller{}).status()), EPERM);
+  EXPECT_EQ(Errno(core->Unlink(dir, "stats")), EPERM);
+  EXPECT_EQ(Errno(core->RemoveDir(kRootNodeId, ControlDir::kDirName)), EPERM);
+  EXPECT_EQ(Errno(core->Rename(kRootNodeId, "file.txt", dir, "f", 0)), EPERM);
+  EXPECT_EQ(Errno(core->Rename(kRootNodeId, ControlDir::kDirName, kRootNodeId, "x", 0)), EPERM);
+  EXPECT_EQ(Errno(core->Link(kStats, kRootNodeId, "s").status()), EPERM);
+  EXPECT_EQ(Errno(core->SetXattr(kStats, "user.x", "1", 0)), EPERM);
+  EXPECT_EQ(Errno(core->RemoveXattr(kStats, "user.x")), EPERM);
+  EXPECT_EQ(Errno(core->GetXattr(kStats, "user.x", 0).status()), ENODATA);
+  auto list = core->ListXattr(kStats, 0);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+  core->Forget(kStats, 1);  // ignored: control nodes live as long as the mount
+  EXPECT_TRUE(core->Lookup(dir, "stats").ok());
+}
+
+TEST_F(FilesystemTest, TheControlDirectoryListsItsFilesWithoutAHandle) {
+  auto core = Make(true);
+  auto dh = core->OpenDir(ControlDir::kDirNodeId);
+  ASSERT_TRUE(dh.ok());
+  EXPECT_EQ(*dh, nullptr);
+  std::vector<std::string> names;
+  std::vector<off_t> offsets;
+  auto emit = [&](const std::string& name, const EntryReply& entry, off_t next) {
+    EXPECT_EQ(entry.entry_timeout, 0);
+    names.push_back(name);
+    offsets.push_back(next);
+    return true;
+  };
+  ASSERT_TRUE(core->ReadDir(ControlDir::kDirNodeId, nullptr, 0, true, emit).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{"stats", "plan"}));
+  EXPECT_EQ(offsets, (std::vector<off_t>{1, 2}));
+  names.clear();
+  ASSERT_TRUE(core->ReadDir(ControlDir::kDirNodeId, nullptr, 1, false, emit).ok());
+  EXPECT_EQ(names, std::vector<std::string>{"plan"});
+  EXPECT_TRUE(core->FsyncDir(nullptr, false).ok());
+  core->ReleaseDir(nullptr);
+
+  // The root's listing never shows the control directory.
+  auto root = core->OpenDir(kRootNodeId);
+  ASSERT_TRUE(root.ok());
+  ASSERT_NE(*root, nullptr);
+  names.clear();
+  ASSERT_TRUE(core->ReadDir(kRootNodeId, root->get(), 0, false,
+                            [&](const std::string& name, const EntryReply&, off_t) {
+                              names.push_back(name);
+                              return true;
+                            })
+                  .ok());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".", "..", "file.txt", "folder"}));
+  core->ReleaseDir(std::move(*root));
+}
+
+}  // namespace
+}  // namespace epochfs::fs
