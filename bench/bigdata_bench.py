@@ -123,6 +123,7 @@ RSS_SLACK = 100 << 20  # daemon peak RSS may exceed --ram by this much
 
 #: Raw-reader rows, in table order, with their labels.
 ROWS = ("source", "copy-cold", "copy-steady", "epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart",
+        "epochfs-restart-ahead",
         "epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram-buffered", "tmpfs", "tmpfs-buffered")
 LABELS = {
     "source": "source, under the limit",
@@ -132,7 +133,8 @@ LABELS = {
     "epochfs-steady": "epochfs steady state",
     "epochfs-plan": "epochfs, order published",
     "epochfs-restart": "epochfs after a restart",
-    "epochfs-ram-cold": "epochfs, all in RAM, cold",
+    "epochfs-restart-ahead": "  same, mounted ahead",
+    "epochfs-ram-cold": "epochfs, all in RAM, restart",
     "epochfs-ram-steady": "epochfs, all in RAM, steady",
     "epochfs-ram-buffered": "  same, buffered open()",
     "tmpfs": "tmpfs, no limit (ceiling)",
@@ -144,7 +146,7 @@ UNLIMITED_EPOCHFS_ROWS = ("epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram
 #: with the copy's steady state.
 COPY_BASELINE = {"source": "copy-cold", "copy-cold": "copy-cold", "copy-steady": "copy-steady",
                  "epochfs-e1": "copy-cold", "epochfs-steady": "copy-steady", "epochfs-restart": "copy-cold",
-                 "epochfs-plan": "copy-steady",
+                 "epochfs-plan": "copy-steady", "epochfs-restart-ahead": "copy-cold",
                  "epochfs-ram-cold": "copy-cold", "epochfs-ram-steady": "copy-steady",
                  "epochfs-ram-buffered": "copy-steady", "tmpfs": "copy-steady", "tmpfs-buffered": "copy-steady"}
 #: Real-client rows, in table order.
@@ -990,8 +992,8 @@ class Bench:
         """epochfs with --ram = ram_fraction x the limit: epoch 1 cold, steady epochs, the
         real client on the same mount, then a restart with the page cache dropped."""
         a = self.args
-        keys = ("epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart", "epochfs-ram-cold",
-                "epochfs-ram-steady", "epochfs-ram-buffered")
+        keys = ("epochfs-e1", "epochfs-steady", "epochfs-plan", "epochfs-restart", "epochfs-restart-ahead",
+                "epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram-buffered")
         if self.epochfs_bin is None:
             self.skip(keys, f"epochfs binary not found ({self.epochfs_where}); build it or pass --epochfs")
             return
@@ -1035,13 +1037,46 @@ class Bench:
             info = self._mount(fs)
         except MountError as e:
             warn(str(e))
-            self.skip(keys[2:], f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+            self.skip(keys[3:], f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
             return
         try:
             self.measure("epochfs-restart", fs.mountpoint, a.steady_epochs + 3, fs=fs, cold=True, extra=info)
         finally:
             fs.stop()
+        # The same restart, as a machine that mounts at boot meets its first epoch: the
+        # epoch starts once the mount has done what it does at mount (the metadata
+        # warm-up, the stream of the SSD tier into RAM), not in the same instant.
+        drop_caches()
+        fs = make("restart-ahead")
+        try:
+            info = self._mount(fs)
+        except MountError as e:
+            warn(str(e))
+            self.skip(("epochfs-restart-ahead",), f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+        else:
+            try:
+                info["ahead_s"] = self._wait_mount_work(fs)
+                self.measure("epochfs-restart-ahead", fs.mountpoint, a.steady_epochs + 3, fs=fs, extra=info)
+            finally:
+                fs.stop()
         self.run_epochfs_ceiling(make)
+
+    def _wait_mount_work(self, fs: EpochfsMount, timeout: float = 300.0) -> float:
+        """Waits until the metadata warm-up has finished and the stream into RAM stopped
+        growing; returns how long that took."""
+        t0 = time.monotonic()
+        deadline, last, still = t0 + timeout, -1, 0
+        while time.monotonic() < deadline and still < 4:
+            time.sleep(0.25)
+            st = fs.status() or {}
+            streamed = int(st.get("ssd_streamed") or 0)
+            still = still + 1 if streamed == last and not st.get("metadata_warmup") else 0
+            last = streamed
+        took = time.monotonic() - t0 - 1.0  # the last second only confirmed it had stopped
+        st = fs.status() or {}
+        log(f"  mount work done in {max(took, 0):.1f} s: {st.get('metadata_warmed')} files' metadata held, "
+            f"{st.get('ssd_streamed')} files streamed into RAM")
+        return round(max(took, 0.0), 2)
 
     def publish_plan(self, mountpoint: str, epoch: int) -> None:
         """Writes epoch ``epoch``'s order (the raw readers' permutation) to .epochfs/plan."""
@@ -1052,9 +1087,10 @@ class Bench:
     def run_epochfs_ceiling(self, make) -> None:
         """What any epoch served through FUSE can reach on this machine: the whole data set
         in the daemon's RAM tier (no memory limit), the kernel's page cache dropped, so
-        every file is a round trip to the daemon and nothing else. "cold" also drops the
-        dentries (a LOOKUP per file, as after a restart), "steady" only the page cache (a
-        GETATTR per file, as in the steady state under the limit)."""
+        every file is a round trip to the daemon and nothing else. The mount is a restart
+        (the SSD tier is streamed into RAM, the recorded files' metadata warmed, before the
+        epoch). "restart" drops the dentries too (a LOOKUP per file, as after a restart),
+        "steady" only the page cache (a GETATTR per file, as in the steady state)."""
         a = self.args
         keys = ("epochfs-ram-cold", "epochfs-ram-steady", "epochfs-ram-buffered")
         data = self.manifest.total_bytes
@@ -1085,12 +1121,14 @@ class Bench:
 
     def _wait_all_in_ram(self, fs: EpochfsMount, timeout: float = 120.0) -> None:
         """Waits for the stream at mount to bring the SSD tier into RAM (until the RAM tier
-        stops growing); a row read before that would measure the SSD tier instead."""
+        stops growing) and for the metadata warm-up; a row read before that would measure
+        the SSD tier instead."""
         deadline, last, still = time.monotonic() + timeout, -1, 0
         while time.monotonic() < deadline and still < 5:
             time.sleep(0.5)
-            held = int((fs.status() or {}).get("ram_bytes") or 0)
-            still = still + 1 if held == last else 0
+            st = fs.status() or {}
+            held = int(st.get("ram_bytes") or 0)
+            still = still + 1 if held == last and not st.get("metadata_warmup") else 0
             last = held
         log(f"  RAM tier holds {last / MiB:.0f} MiB of the {self.manifest.total_bytes / MiB:.0f} MiB data set")
 

@@ -128,6 +128,11 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
   c.open_file_fds_max = fs.handle_fds().max_open();
   c.open_file_fd_reopens = fs.handle_fds().reopens();
   c.inodes = fs.inode_count();
+  if (const fs::MetadataWarmup* warmup = fs.warmup()) {
+    c.metadata_warmup = warmup->walking();
+    c.metadata_warmed = warmup->opened();
+  }
+  c.metadata_pins = fs.inodes().pins();
   c.watcher = watcher;
   if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
     c.prefetch = prefetcher->Stats();

@@ -133,6 +133,14 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
          kCounter},
         open_file_fd_reopens);
   visit({"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}, inodes);
+  visit({"metadata_warmup", "Whether the restart's metadata warm-up is opening files now.", kFlag},
+        metadata_warmup);
+  visit({"metadata_warmed", "Recorded files whose source metadata the warm-up brought in.",
+         kCounter},
+        metadata_warmed);
+  visit({"metadata_pins", "Files whose source metadata is held until the kernel looks them up.",
+         kGauge},
+        metadata_pins);
   fs::ChangeWatcher::VisitCounters(watcher, visit);
   if (prefetch) {
     prefetch->VisitCounters(visit);

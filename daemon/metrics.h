@@ -44,6 +44,8 @@ struct MountCounters {
   uint64_t ssd_budget_bytes = 0;       // --disk
   uint64_t open_file_fds = 0, open_file_fds_max = 0, open_file_fd_reopens = 0;
   uint64_t inodes = 0;
+  bool metadata_warmup = false;  // the warm-up is opening recorded files now
+  uint64_t metadata_warmed = 0, metadata_pins = 0;
   const fs::ChangeWatcher* watcher = nullptr;  // null: not in notify mode, every count 0
   // Without a prefetcher the snapshot has none of its keys (nor the four below).
   std::optional<prefetch::PrefetcherStats> prefetch;

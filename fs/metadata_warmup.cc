@@ -65,6 +65,7 @@ void MetadataWarmup::Run() {
   spdlog::info("metadata warm-up: {} of {} recorded files in memory in {:.1f} s{}", opened(),
                paths_.size(), took,
                budget_full_.load() ? " (the rest would exceed the fd budget)" : "");
+  walking_.store(false);
   {
     MutexLock lock(mu_);
     walked_ = true;

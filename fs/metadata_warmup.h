@@ -52,6 +52,8 @@ class MetadataWarmup {
   // Blocks until every path was tried (or the pin budget ran out). For tests.
   void WaitWalked();
 
+  // Whether it is still opening files; how many it opened (pinned or handed on).
+  bool walking() const { return walking_.load(std::memory_order_relaxed); }
   uint64_t opened() const { return opened_.load(std::memory_order_relaxed); }
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
 
@@ -65,6 +67,7 @@ class MetadataWarmup {
   const Options options_;
   std::atomic<size_t> next_{0};
   std::atomic<bool> budget_full_{false};
+  std::atomic<bool> walking_{true};
   std::atomic<uint64_t> opened_{0};
   std::atomic<uint64_t> failed_{0};
   Mutex mu_;

@@ -150,6 +150,7 @@ class SourceFs {
   // files the last epoch read) into memory ahead of the first epoch's lookups, and holds
   // it there until they come (fs/metadata_warmup.h). Call once.
   void WarmMetadata(std::vector<std::string> paths, const MetadataWarmup::Options& options);
+  const MetadataWarmup* warmup() const { return warmup_.get(); }  // null: none started
 
   Result<std::unique_ptr<DirHandle>> OpenDir(uint64_t nodeid);
   // Calls `emit(name, entry, next_offset)` for each entry from `offset` on until it

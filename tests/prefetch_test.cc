@@ -319,6 +319,31 @@ TEST_P(StreamTest, RestartStreamsFromTheEpochRecordAndNeverAChangedFile) {
   EXPECT_EQ(s["source_reads"], 1) << s.dump();  // only the changed file
 }
 
+// After a restart the recorded files' source metadata is brought in at mount and held
+// until the kernel looks each file up (fs/metadata_warmup.h). A file deleted or replaced
+// while the daemon was down is not served from anything the warm-up saw: its new bytes
+// are read, and a deleted file is gone.
+TEST_P(StreamTest, RestartWarmsTheRecordedMetadataUntilLookedUp) {
+  auto names = FillAndUnmount(200, {});
+  const std::string fresh = RandomBytes(kSize, 888'888);
+  WriteFile(src_ / names[3], fresh);
+  AgeFile(src_ / names[3], 60);
+  fsys::remove(src_ / names[4]);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_GE(WaitFor(*m, "metadata_warmed", 199), 199u) << m->Stats().dump();
+  auto s = m->Stats();
+  EXPECT_EQ(s["metadata_warmed"], 199) << s.dump();  // the deleted file could not be opened
+  EXPECT_EQ(s["metadata_pins"], 199) << s.dump();    // nothing looked up yet
+  EXPECT_EQ(s["source_reads"], 0) << s.dump();       // metadata only
+  EXPECT_FALSE(fsys::exists(mnt_ / names[4]));
+  names.erase(names.begin() + 4);
+  ShuffledEpoch(names, 3, {{names[3], fresh}});
+  s = m->Stats();
+  EXPECT_EQ(s["metadata_pins"], 0) << s.dump();  // every lookup took its file's pin over
+  EXPECT_FALSE(s["metadata_warmup"].get<bool>()) << s.dump();
+}
+
 // A damaged entry inside a streamed range is dropped, counted and read from the source.
 TEST_P(StreamTest, CorruptEntryInAStreamedRangeIsReadFromTheSource) {
   const auto names = FillAndUnmount(300, {});
