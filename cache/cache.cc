@@ -474,27 +474,8 @@ CacheStats CacheImpl::Stats() const {
   s.stale_entries = ram.stale;
   s.io_uring = io_->is_io_uring();
   if (ssd_) {
-    const SsdStats ssd = ssd_->GetStats();
-    s.ssd_bytes = ssd.bytes;
-    s.ssd_entries = ssd.entries;
-    s.ssd_evictions = ssd.evictions;
-    s.ssd_writes = ssd.writes;
-    s.ssd_write_bytes = ssd.write_bytes;
-    s.ssd_writes_dropped = ssd.writes_dropped;
-    s.packs = ssd.packs;
-    s.packs_reclaimed = ssd.packs_reclaimed;
-    s.stale_entries += ssd.stale_entries;
-    s.corrupt_entries = ssd.corrupt_entries;
-    s.compressed_entries = ssd.compressed_entries;
-    s.ssd_read_errors = ssd.read_errors;
-    s.ssd_read_around = ssd.read_around_entries;
-    s.ssd_streamed = ssd.streamed_entries;
-    s.ssd_stream_ios = ssd.stream_ios;
-    s.ssd_stream_bytes = ssd.stream_bytes;
-    s.index_dangling_records = ssd.dangling_records;
-    s.index_rebuilt = ssd.index_rebuilt;
-    s.ssd_degraded = ssd.degraded;
-    s.ssd_degraded_reason = ssd.degraded_reason;
+    s.ssd = ssd_->GetStats();
+    s.stale_entries += s.ssd.stale_entries;
   }
   return s;
 }
@@ -542,23 +523,74 @@ Result<std::unique_ptr<Cache>> Cache::Open(const CacheOptions& options) {
   return OpenCacheWithIoEngine(options, NewIoEngine(options.use_io_uring));
 }
 
-void CacheStats::VisitCounters(const CounterVisitor& visit) const {
+namespace {
+// A family's samples share one help text (daemon/metrics.h): the RAM tier's and the
+// SSD tier's samples of these name them from here.
+constexpr const char* kTierBytesHelp = "Bytes held by a cache tier.";
+constexpr const char* kTierEntriesHelp = "Entries held by a cache tier.";
+constexpr const char* kEvictionsHelp = "Entries evicted from a cache tier.";
+constexpr const char* kHitsHelp = "Chunk reads served from a cache tier.";
+constexpr const char* kHitBytesHelp = "Bytes served from a cache tier.";
+}  // namespace
+
+void SsdStats::VisitCounters(const CounterVisitor& visit) const {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
   constexpr auto kFlag = CounterKind::kFlag;
-  const char* hits = "Chunk reads served from a cache tier.";
-  const char* hit_bytes = "Bytes served from a cache tier.";
-  const char* tier_bytes = "Bytes held by a cache tier.";
-  const char* entries = "Entries held by a cache tier.";
-  const char* evictions = "Entries evicted from a cache tier.";
-  const std::string ram = "tier=\"ram\"", ssd = "tier=\"ssd\"";
-  visit({"ram_hits", hits, kCounter, "epochfs_cache_hits_total", ram}, ram_hits);
-  visit({"ssd_hits", hits, kCounter, "epochfs_cache_hits_total", ssd}, ssd_hits);
-  visit({"ram_hit_bytes", hit_bytes, kCounter, "epochfs_cache_hit_bytes_total", ram},
-        ram_hit_bytes);
-  visit({"ssd_hit_bytes", hit_bytes, kCounter, "epochfs_cache_hit_bytes_total", ssd},
-        ssd_hit_bytes);
+  const std::string tier = "tier=\"ssd\"";
+  visit({"ssd_bytes", kTierBytesHelp, kGauge, "epochfs_tier_bytes", tier}, bytes);
+  visit({"ssd_entries", kTierEntriesHelp, kGauge, "epochfs_tier_entries", tier}, entries);
+  visit({"ssd_evictions", kEvictionsHelp, kCounter, "epochfs_evictions_total", tier}, evictions);
+  visit({"ssd_writes", "Entries written to the SSD tier.", kCounter, "epochfs_ssd_writes_total"},
+        writes);
+  visit({"ssd_write_bytes", "Bytes written to the SSD tier.", kCounter,
+         "epochfs_ssd_write_bytes_total"},
+        write_bytes);
+  visit({"ssd_writes_dropped", "SSD tier writes dropped (queue full, disk full or failing).",
+         kCounter, "epochfs_ssd_writes_dropped_total"},
+        writes_dropped);
+  visit({"packs", "Pack files in the SSD tier.", kGauge, "epochfs_packs"}, packs);
+  visit({"packs_reclaimed", "Pack files reclaimed.", kCounter, "epochfs_packs_reclaimed_total"},
+        packs_reclaimed);
+  visit({"corrupt_entries",
+         "Cached entries that failed their checksum (the source was served instead).", kCounter,
+         "epochfs_corrupt_entries_total"},
+        corrupt_entries);
+  visit({"compressed_entries", "SSD entries stored lz4-compressed.", kGauge,
+         "epochfs_compressed_entries"},
+        compressed_entries);
+  visit({"ssd_read_around", "SSD entries moved to RAM next to one that was read.", kCounter},
+        read_around_entries);
+  visit({"ssd_streamed", "SSD entries streamed into RAM ahead of the reader.", kCounter},
+        streamed_entries);
+  visit({"ssd_stream_ios", "Reads issued to stream SSD entries into RAM.", kCounter}, stream_ios);
+  visit({"ssd_stream_bytes", "Bytes read to stream SSD entries into RAM.", kCounter},
+        stream_bytes);
+  visit({"index_dangling_records", "Index records without pack bytes, dropped at start-up.",
+         kGauge},
+        dangling_records);
+  visit({"index_rebuilt", "Whether the index was damaged and rebuilt at start-up.", kFlag},
+        index_rebuilt);
+  visit({"ssd_degraded",
+         "1 when the SSD tier is off (cache disk full or failing) and reads go to the source.",
+         kFlag, "epochfs_ssd_degraded"},
+        degraded);
+  visit({"ssd_degraded_reason", "Why the SSD tier is off; empty while it works.",
+         CounterKind::kText},
+        degraded_reason);
+}
+
+void CacheStats::VisitCounters(const CounterVisitor& visit) const {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kGauge = CounterKind::kGauge;
+  const std::string ram = "tier=\"ram\"", ssd_tier = "tier=\"ssd\"";
+  visit({"ram_hits", kHitsHelp, kCounter, "epochfs_cache_hits_total", ram}, ram_hits);
+  visit({"ssd_hits", kHitsHelp, kCounter, "epochfs_cache_hits_total", ssd_tier}, ssd_hits);
   visit({"misses", "Chunk reads no tier could serve.", kCounter, "epochfs_misses_total"}, misses);
+  visit({"ram_hit_bytes", kHitBytesHelp, kCounter, "epochfs_cache_hit_bytes_total", ram},
+        ram_hit_bytes);
+  visit({"ssd_hit_bytes", kHitBytesHelp, kCounter, "epochfs_cache_hit_bytes_total", ssd_tier},
+        ssd_hit_bytes);
   visit({"miss_bytes", "Bytes of chunk reads no tier could serve.", kCounter,
          "epochfs_miss_bytes_total"},
         miss_bytes);
@@ -568,49 +600,17 @@ void CacheStats::VisitCounters(const CounterVisitor& visit) const {
   visit({"source_bytes", "Bytes read from the source filesystem.", kCounter,
          "epochfs_source_bytes_total"},
         source_bytes);
-  visit({"ram_bytes", tier_bytes, kGauge, "epochfs_tier_bytes", ram}, ram_bytes);
-  visit({"ssd_bytes", tier_bytes, kGauge, "epochfs_tier_bytes", ssd}, ssd_bytes);
-  visit({"ram_entries", entries, kGauge, "epochfs_tier_entries", ram}, ram_entries);
-  visit({"ssd_entries", entries, kGauge, "epochfs_tier_entries", ssd}, ssd_entries);
-  visit({"ram_evictions", evictions, kCounter, "epochfs_evictions_total", ram}, ram_evictions);
-  visit({"ssd_evictions", evictions, kCounter, "epochfs_evictions_total", ssd}, ssd_evictions);
-  visit({"ssd_writes", "Entries written to the SSD tier.", kCounter, "epochfs_ssd_writes_total"},
-        ssd_writes);
-  visit({"ssd_write_bytes", "Bytes written to the SSD tier.", kCounter,
-         "epochfs_ssd_write_bytes_total"},
-        ssd_write_bytes);
-  visit({"ssd_writes_dropped", "SSD tier writes dropped (queue full, disk full or failing).",
-         kCounter, "epochfs_ssd_writes_dropped_total"},
-        ssd_writes_dropped);
-  visit({"packs", "Pack files in the SSD tier.", kGauge, "epochfs_packs"}, packs);
-  visit({"packs_reclaimed", "Pack files reclaimed.", kCounter, "epochfs_packs_reclaimed_total"},
-        packs_reclaimed);
+  visit({"ram_bytes", kTierBytesHelp, kGauge, "epochfs_tier_bytes", ram}, ram_bytes);
+  visit({"ram_entries", kTierEntriesHelp, kGauge, "epochfs_tier_entries", ram}, ram_entries);
+  visit({"ram_evictions", kEvictionsHelp, kCounter, "epochfs_evictions_total", ram},
+        ram_evictions);
+  ssd.VisitCounters(visit);
   visit({"stale_entries", "Cached entries dropped because the source file changed.", kCounter,
          "epochfs_stale_entries_total"},
         stale_entries);
-  visit({"corrupt_entries",
-         "Cached entries that failed their checksum (the source was served instead).", kCounter,
-         "epochfs_corrupt_entries_total"},
-        corrupt_entries);
   visit({"not_admitted", "Reads not admitted to the cache.", kCounter,
          "epochfs_not_admitted_total"},
         not_admitted);
-  visit({"compressed_entries", "SSD entries stored lz4-compressed.", kGauge,
-         "epochfs_compressed_entries"},
-        compressed_entries);
-  visit({"ssd_read_around", "SSD entries moved to RAM next to one that was read.", kCounter},
-        ssd_read_around);
-  visit({"ssd_streamed", "SSD entries streamed into RAM ahead of the reader.", kCounter},
-        ssd_streamed);
-  visit({"ssd_stream_ios", "Reads issued to stream SSD entries into RAM.", kCounter},
-        ssd_stream_ios);
-  visit({"ssd_stream_bytes", "Bytes read to stream SSD entries into RAM.", kCounter},
-        ssd_stream_bytes);
-  visit({"index_dangling_records", "Index records without pack bytes, dropped at start-up.",
-         kGauge},
-        index_dangling_records);
-  visit({"index_rebuilt", "Whether the index was damaged and rebuilt at start-up.", kFlag},
-        index_rebuilt);
   visit({"prefetch_from_ssd", "Chunks readahead brought into RAM from the SSD tier.", kCounter},
         prefetch_from_ssd);
   visit({"prefetch_from_source", "Chunks readahead read from the source.", kCounter},
@@ -619,16 +619,9 @@ void CacheStats::VisitCounters(const CounterVisitor& visit) const {
         prefetch_already_cached);
   visit({"prefetch_bytes", "Bytes readahead read from the SSD tier or the source.", kCounter},
         prefetch_bytes);
-  visit({"io_uring", "1 when reads use io_uring, 0 for the pread fallback.", kFlag,
+  visit({"io_uring", "1 when reads use io_uring, 0 for the pread fallback.", CounterKind::kFlag,
          "epochfs_io_uring"},
         io_uring);
-  visit({"ssd_degraded",
-         "1 when the SSD tier is off (cache disk full or failing) and reads go to the source.",
-         kFlag, "epochfs_ssd_degraded"},
-        ssd_degraded);
-  visit({"ssd_degraded_reason", "Why the SSD tier is off; empty while it works.",
-         CounterKind::kText},
-        ssd_degraded_reason);
 }
 
 }  // namespace epochfs::cache
