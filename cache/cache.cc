@@ -474,27 +474,8 @@ CacheStats CacheImpl::Stats() const {
   s.stale_entries = ram.stale;
   s.io_uring = io_->is_io_uring();
   if (ssd_) {
-    const SsdStats ssd = ssd_->GetStats();
-    s.ssd_bytes = ssd.bytes;
-    s.ssd_entries = ssd.entries;
-    s.ssd_evictions = ssd.evictions;
-    s.ssd_writes = ssd.writes;
-    s.ssd_write_bytes = ssd.write_bytes;
-    s.ssd_writes_dropped = ssd.writes_dropped;
-    s.packs = ssd.packs;
-    s.packs_reclaimed = ssd.packs_reclaimed;
-    s.stale_entries += ssd.stale_entries;
-    s.corrupt_entries = ssd.corrupt_entries;
-    s.compressed_entries = ssd.compressed_entries;
-    s.ssd_read_errors = ssd.read_errors;
-    s.ssd_read_around = ssd.read_around_entries;
-    s.ssd_streamed = ssd.streamed_entries;
-    s.ssd_stream_ios = ssd.stream_ios;
-    s.ssd_stream_bytes = ssd.stream_bytes;
-    s.index_dangling_records = ssd.dangling_records;
-    s.index_rebuilt = ssd.index_rebuilt;
-    s.ssd_degraded = ssd.degraded;
-    s.ssd_degraded_reason = ssd.degraded_reason;
+    s.ssd = ssd_->GetStats();
+    s.stale_entries += s.ssd.stale_entries;
   }
   return s;
 }
@@ -542,93 +523,179 @@ Result<std::unique_ptr<Cache>> Cache::Open(const CacheOptions& options) {
   return OpenCacheWithIoEngine(options, NewIoEngine(options.use_io_uring));
 }
 
-void CacheStats::VisitCounters(const CounterVisitor& visit) const {
+namespace {
+// A family's samples share one help text (daemon/metrics.h): the RAM tier's and the
+// SSD tier's samples of these name them from here.
+constexpr const char* kTierBytesHelp = "Bytes held by a cache tier.";
+constexpr const char* kTierEntriesHelp = "Entries held by a cache tier.";
+constexpr const char* kEvictionsHelp = "Entries evicted from a cache tier.";
+constexpr const char* kHitsHelp = "Chunk reads served from a cache tier.";
+constexpr const char* kHitBytesHelp = "Bytes served from a cache tier.";
+}  // namespace
+
+void SsdStats::VisitCounters(const CounterVisitor& visit) const {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
   constexpr auto kFlag = CounterKind::kFlag;
-  const char* hits = "Chunk reads served from a cache tier.";
-  const char* hit_bytes = "Bytes served from a cache tier.";
-  const char* tier_bytes = "Bytes held by a cache tier.";
-  const char* entries = "Entries held by a cache tier.";
-  const char* evictions = "Entries evicted from a cache tier.";
-  const std::string ram = "tier=\"ram\"", ssd = "tier=\"ssd\"";
-  visit({"ram_hits", hits, kCounter, "epochfs_cache_hits_total", ram}, ram_hits);
-  visit({"ssd_hits", hits, kCounter, "epochfs_cache_hits_total", ssd}, ssd_hits);
-  visit({"ram_hit_bytes", hit_bytes, kCounter, "epochfs_cache_hit_bytes_total", ram},
-        ram_hit_bytes);
-  visit({"ssd_hit_bytes", hit_bytes, kCounter, "epochfs_cache_hit_bytes_total", ssd},
-        ssd_hit_bytes);
-  visit({"misses", "Chunk reads no tier could serve.", kCounter, "epochfs_misses_total"}, misses);
-  visit({"miss_bytes", "Bytes of chunk reads no tier could serve.", kCounter,
-         "epochfs_miss_bytes_total"},
-        miss_bytes);
-  visit({"source_reads", "Reads issued to the source filesystem.", kCounter,
-         "epochfs_source_reads_total"},
-        source_reads);
-  visit({"source_bytes", "Bytes read from the source filesystem.", kCounter,
-         "epochfs_source_bytes_total"},
-        source_bytes);
-  visit({"ram_bytes", tier_bytes, kGauge, "epochfs_tier_bytes", ram}, ram_bytes);
-  visit({"ssd_bytes", tier_bytes, kGauge, "epochfs_tier_bytes", ssd}, ssd_bytes);
-  visit({"ram_entries", entries, kGauge, "epochfs_tier_entries", ram}, ram_entries);
-  visit({"ssd_entries", entries, kGauge, "epochfs_tier_entries", ssd}, ssd_entries);
-  visit({"ram_evictions", evictions, kCounter, "epochfs_evictions_total", ram}, ram_evictions);
-  visit({"ssd_evictions", evictions, kCounter, "epochfs_evictions_total", ssd}, ssd_evictions);
-  visit({"ssd_writes", "Entries written to the SSD tier.", kCounter, "epochfs_ssd_writes_total"},
-        ssd_writes);
-  visit({"ssd_write_bytes", "Bytes written to the SSD tier.", kCounter,
-         "epochfs_ssd_write_bytes_total"},
-        ssd_write_bytes);
-  visit({"ssd_writes_dropped", "SSD tier writes dropped (queue full, disk full or failing).",
-         kCounter, "epochfs_ssd_writes_dropped_total"},
-        ssd_writes_dropped);
-  visit({"packs", "Pack files in the SSD tier.", kGauge, "epochfs_packs"}, packs);
-  visit({"packs_reclaimed", "Pack files reclaimed.", kCounter, "epochfs_packs_reclaimed_total"},
+  constexpr auto kBytes = Unit::kBytes;
+  const std::string tier = "tier=\"ssd\"";
+  visit(
+      CounterInfo{"ssd_bytes", kTierBytesHelp, kGauge, "epochfs_tier_bytes", tier}.Show(
+          {.row = "SSD tier", .label = "", .unit = kBytes, .of = "ssd_budget_bytes", .top = true}),
+      bytes);
+  visit(CounterInfo{"ssd_entries", kTierEntriesHelp, kGauge, "epochfs_tier_entries", tier}.Show(
+            {.row = "SSD tier", .label = "entries", .top = true}),
+        entries);
+  visit(CounterInfo{"packs", "Pack files in the SSD tier.", kGauge, "epochfs_packs"}.Show(
+            {.row = "SSD tier", .label = "packs", .top = true}),
+        packs);
+  visit(
+      CounterInfo{"ssd_evictions", kEvictionsHelp, kCounter, "epochfs_evictions_total", tier}.Show(
+          {.row = "SSD tier", .label = "evicted"}),
+      evictions);
+  visit(CounterInfo{"packs_reclaimed", "Pack files reclaimed.", kCounter,
+                    "epochfs_packs_reclaimed_total"}
+            .Show({.row = "SSD tier", .label = "packs reclaimed"}),
         packs_reclaimed);
-  visit({"stale_entries", "Cached entries dropped because the source file changed.", kCounter,
-         "epochfs_stale_entries_total"},
-        stale_entries);
-  visit({"corrupt_entries",
-         "Cached entries that failed their checksum (the source was served instead).", kCounter,
-         "epochfs_corrupt_entries_total"},
-        corrupt_entries);
-  visit({"not_admitted", "Reads not admitted to the cache.", kCounter,
-         "epochfs_not_admitted_total"},
-        not_admitted);
-  visit({"compressed_entries", "SSD entries stored lz4-compressed.", kGauge,
-         "epochfs_compressed_entries"},
+  visit(CounterInfo{"compressed_entries", "SSD entries stored lz4-compressed.", kGauge,
+                    "epochfs_compressed_entries"}
+            .Show({.row = "SSD tier", .label = "compressed"}),
         compressed_entries);
-  visit({"ssd_read_around", "SSD entries moved to RAM next to one that was read.", kCounter},
-        ssd_read_around);
-  visit({"ssd_streamed", "SSD entries streamed into RAM ahead of the reader.", kCounter},
-        ssd_streamed);
-  visit({"ssd_stream_ios", "Reads issued to stream SSD entries into RAM.", kCounter},
-        ssd_stream_ios);
-  visit({"ssd_stream_bytes", "Bytes read to stream SSD entries into RAM.", kCounter},
-        ssd_stream_bytes);
-  visit({"index_dangling_records", "Index records without pack bytes, dropped at start-up.",
-         kGauge},
-        index_dangling_records);
-  visit({"index_rebuilt", "Whether the index was damaged and rebuilt at start-up.", kFlag},
-        index_rebuilt);
-  visit({"prefetch_from_ssd", "Chunks readahead brought into RAM from the SSD tier.", kCounter},
+  visit(CounterInfo{"ssd_degraded",
+                    "1 when the SSD tier is off (cache disk full or failing) and reads go to "
+                    "the source.",
+                    kFlag, "epochfs_ssd_degraded"}
+            .Show({.row = "SSD tier", .label = "DEGRADED", .quiet = true, .top = true}),
+        degraded);
+  visit(CounterInfo{"ssd_degraded_reason", "Why the SSD tier is off; empty while it works.",
+                    CounterKind::kText}
+            .Show({.row = "SSD tier", .label = "", .quiet = true, .top = true}),
+        degraded_reason);
+  visit(CounterInfo{"ssd_writes", "Entries written to the SSD tier.", kCounter,
+                    "epochfs_ssd_writes_total"}
+            .Show({.row = "SSD writes", .label = ""}),
+        writes);
+  visit(CounterInfo{"ssd_write_bytes", "Bytes written to the SSD tier.", kCounter,
+                    "epochfs_ssd_write_bytes_total"}
+            .Show({.row = "SSD writes", .label = "", .unit = kBytes}),
+        write_bytes);
+  visit(CounterInfo{"ssd_writes_dropped",
+                    "SSD tier writes dropped (queue full, disk full or failing).", kCounter,
+                    "epochfs_ssd_writes_dropped_total"}
+            .Show({.row = "SSD writes", .label = "dropped"}),
+        writes_dropped);
+  visit(CounterInfo{"ssd_read_around", "SSD entries moved to RAM next to one that was read.",
+                    kCounter}
+            .Show({.row = "SSD to RAM", .label = "read around"}),
+        read_around_entries);
+  visit(CounterInfo{"ssd_streamed", "SSD entries streamed into RAM ahead of the reader.", kCounter}
+            .Show({.row = "SSD to RAM", .label = "streamed"}),
+        streamed_entries);
+  visit(
+      CounterInfo{"ssd_stream_ios", "Reads issued to stream SSD entries into RAM.", kCounter}.Show(
+          {.row = "SSD to RAM", .label = "in IOs"}),
+      stream_ios);
+  visit(
+      CounterInfo{"ssd_stream_bytes", "Bytes read to stream SSD entries into RAM.", kCounter}.Show(
+          {.row = "SSD to RAM", .label = "of", .unit = kBytes}),
+      stream_bytes);
+  visit(CounterInfo{"corrupt_entries",
+                    "Cached entries that failed their checksum (the source was served instead).",
+                    kCounter, "epochfs_corrupt_entries_total"}
+            .Show({.row = "entries", .label = "corrupt", .top = true}),
+        corrupt_entries);
+  visit(CounterInfo{"index_dangling_records",
+                    "Index records without pack bytes, dropped at start-up.", kGauge}
+            .Show({.row = "SSD index", .label = "dangling records dropped"}),
+        dangling_records);
+  visit(
+      CounterInfo{"index_rebuilt", "Whether the index was damaged and rebuilt at start-up.", kFlag}
+          .Show({.row = "SSD index", .label = "rebuilt"}),
+      index_rebuilt);
+}
+
+void CacheStats::VisitCounters(const CounterVisitor& visit) const {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kGauge = CounterKind::kGauge;
+  constexpr auto kBytes = Unit::kBytes;
+  const std::string ram = "tier=\"ram\"", ssd_tier = "tier=\"ssd\"";
+  // Chunk reads: each is a RAM hit, an SSD hit or a miss, so the three are parts.
+  visit(CounterInfo{"ram_hits", kHitsHelp, kCounter, "epochfs_cache_hits_total", ram}.Show(
+            {.row = "chunk reads", .label = "RAM hits", .part = true, .top = true}),
+        ram_hits);
+  visit(CounterInfo{"ssd_hits", kHitsHelp, kCounter, "epochfs_cache_hits_total", ssd_tier}.Show(
+            {.row = "chunk reads", .label = "SSD hits", .part = true, .top = true}),
+        ssd_hits);
+  visit(CounterInfo{"misses", "Chunk reads no tier could serve.", kCounter, "epochfs_misses_total"}
+            .Show({.row = "chunk reads", .label = "misses", .part = true, .top = true}),
+        misses);
+  visit(CounterInfo{"ram_hit_bytes", kHitBytesHelp, kCounter, "epochfs_cache_hit_bytes_total", ram}
+            .Show({.row = "chunk bytes",
+                   .label = "RAM hits",
+                   .unit = kBytes,
+                   .part = true,
+                   .top = true}),
+        ram_hit_bytes);
+  visit(CounterInfo{"ssd_hit_bytes", kHitBytesHelp, kCounter, "epochfs_cache_hit_bytes_total",
+                    ssd_tier}
+            .Show({.row = "chunk bytes",
+                   .label = "SSD hits",
+                   .unit = kBytes,
+                   .part = true,
+                   .top = true}),
+        ssd_hit_bytes);
+  visit(
+      CounterInfo{"miss_bytes", "Bytes of chunk reads no tier could serve.", kCounter,
+                  "epochfs_miss_bytes_total"}
+          .Show(
+              {.row = "chunk bytes", .label = "misses", .unit = kBytes, .part = true, .top = true}),
+      miss_bytes);
+  visit(CounterInfo{"source_reads", "Reads issued to the source filesystem.", kCounter,
+                    "epochfs_source_reads_total"}
+            .Show({.row = "source reads", .label = "", .top = true}),
+        source_reads);
+  visit(CounterInfo{"source_bytes", "Bytes read from the source filesystem.", kCounter,
+                    "epochfs_source_bytes_total"}
+            .Show({.row = "source reads", .label = "", .unit = kBytes, .top = true}),
+        source_bytes);
+  visit(
+      CounterInfo{"ram_bytes", kTierBytesHelp, kGauge, "epochfs_tier_bytes", ram}.Show(
+          {.row = "RAM tier", .label = "", .unit = kBytes, .of = "ram_budget_bytes", .top = true}),
+      ram_bytes);
+  visit(CounterInfo{"ram_entries", kTierEntriesHelp, kGauge, "epochfs_tier_entries", ram}.Show(
+            {.row = "RAM tier", .label = "entries", .top = true}),
+        ram_entries);
+  visit(CounterInfo{"ram_evictions", kEvictionsHelp, kCounter, "epochfs_evictions_total", ram}.Show(
+            {.row = "RAM tier", .label = "evicted"}),
+        ram_evictions);
+  ssd.VisitCounters(visit);
+  visit(CounterInfo{"stale_entries", "Cached entries dropped because the source file changed.",
+                    kCounter, "epochfs_stale_entries_total"}
+            .Show({.row = "entries", .label = "stale", .top = true}),
+        stale_entries);
+  visit(CounterInfo{"not_admitted", "Reads not admitted to the cache.", kCounter,
+                    "epochfs_not_admitted_total"}
+            .Show({.row = "entries", .label = "not admitted"}),
+        not_admitted);
+  visit(CounterInfo{"prefetch_from_ssd", "Chunks readahead brought into RAM from the SSD tier.",
+                    kCounter}
+            .Show({.row = "readahead chunks", .label = "from SSD"}),
         prefetch_from_ssd);
-  visit({"prefetch_from_source", "Chunks readahead read from the source.", kCounter},
-        prefetch_from_source);
-  visit({"prefetch_already_cached", "Chunks readahead found already in RAM.", kCounter},
+  visit(
+      CounterInfo{"prefetch_from_source", "Chunks readahead read from the source.", kCounter}.Show(
+          {.row = "readahead chunks", .label = "from source"}),
+      prefetch_from_source);
+  visit(CounterInfo{"prefetch_already_cached", "Chunks readahead found already in RAM.", kCounter}
+            .Show({.row = "readahead chunks", .label = "already in RAM"}),
         prefetch_already_cached);
-  visit({"prefetch_bytes", "Bytes readahead read from the SSD tier or the source.", kCounter},
+  visit(CounterInfo{"prefetch_bytes", "Bytes readahead read from the SSD tier or the source.",
+                    kCounter}
+            .Show({.row = "readahead chunks", .label = "read", .unit = kBytes}),
         prefetch_bytes);
-  visit({"io_uring", "1 when reads use io_uring, 0 for the pread fallback.", kFlag,
-         "epochfs_io_uring"},
+  visit(CounterInfo{"io_uring", "1 when reads use io_uring, 0 for the pread fallback.",
+                    CounterKind::kFlag, "epochfs_io_uring"}
+            .Show({.row = "daemon", .label = "io_uring"}),
         io_uring);
-  visit({"ssd_degraded",
-         "1 when the SSD tier is off (cache disk full or failing) and reads go to the source.",
-         kFlag, "epochfs_ssd_degraded"},
-        ssd_degraded);
-  visit({"ssd_degraded_reason", "Why the SSD tier is off; empty while it works.",
-         CounterKind::kText},
-        ssd_degraded_reason);
 }
 
 }  // namespace epochfs::cache

@@ -136,6 +136,34 @@ struct PrefetchResult {
   uint64_t source_bytes = 0;    // bytes of those
 };
 
+// The SSD tier's counters since Open() (cache/ssd_tier.h counts them); gauges (bytes,
+// entries, packs) are current values. All zero when there is no SSD tier.
+struct SsdStats {
+  uint64_t bytes = 0;    // pack files on disk
+  uint64_t entries = 0;  // indexed entries
+  uint64_t evictions = 0;
+  uint64_t writes = 0, write_bytes = 0, writes_dropped = 0;
+  uint64_t packs = 0, packs_reclaimed = 0;
+  uint64_t stale_entries = 0;    // dropped because the source identity changed
+  uint64_t corrupt_entries = 0;  // dropped because their bytes failed the checksum
+  uint64_t read_errors = 0;      // pack reads that failed (served as misses)
+  uint64_t compressed_entries = 0;
+  uint64_t read_around_entries = 0;  // neighbours handed to the RAM tier by read-around
+  // Stream() (Cache::StreamFromSsd): entries brought into RAM, the IOs and bytes read.
+  uint64_t streamed_entries = 0, stream_ios = 0, stream_bytes = 0;
+  // At start-up: index records that pointed at missing pack bytes (dropped), and
+  // whether the index was found damaged and rebuilt from the packs.
+  uint64_t dangling_records = 0;
+  bool index_rebuilt = false;
+  bool degraded = false;  // the tier stopped writing (full or failing disk)
+  std::string degraded_reason;
+
+  // Names each counter (base/counters.h), under the stats keys it always had
+  // ("ssd_bytes", "packs", ...). Two stay out: stale_entries, which CacheStats counts
+  // for both tiers together, and read_errors, which is for tests and the log.
+  void VisitCounters(const CounterVisitor& visit) const;
+};
+
 // Counters since Open(). Gauges (bytes, entries) are current values.
 struct CacheStats {
   uint64_t ram_hits = 0, ram_hit_bytes = 0;
@@ -143,29 +171,18 @@ struct CacheStats {
   uint64_t misses = 0, miss_bytes = 0;
   uint64_t source_reads = 0, source_bytes = 0;
   uint64_t ram_bytes = 0, ram_entries = 0, ram_evictions = 0;
-  uint64_t ssd_bytes = 0, ssd_entries = 0, ssd_evictions = 0;
-  uint64_t ssd_writes = 0, ssd_write_bytes = 0, ssd_writes_dropped = 0;
-  uint64_t packs = 0, packs_reclaimed = 0;
-  uint64_t stale_entries = 0;    // dropped because the source identity changed
-  uint64_t corrupt_entries = 0;  // dropped because their bytes failed the checksum
-  uint64_t not_admitted = 0;     // fills skipped: file changed too recently to trust
-  uint64_t compressed_entries = 0;
-  uint64_t ssd_read_errors = 0;  // pack reads that failed (served as misses)
-  uint64_t ssd_read_around = 0;  // neighbouring entries moved to RAM by read-around
-  // StreamFromSsd(): entries brought into RAM, and the IOs and bytes read for them.
-  uint64_t ssd_streamed = 0, ssd_stream_ios = 0, ssd_stream_bytes = 0;
-  uint64_t index_dangling_records = 0;  // at start-up: records without pack bytes, dropped
-  bool index_rebuilt = false;           // at start-up: the index was damaged and rebuilt
+  // Of both tiers: entries dropped because the source identity changed.
+  uint64_t stale_entries = 0;
+  uint64_t not_admitted = 0;  // fills skipped: file changed too recently to trust
   // Prefetch(): chunks brought into RAM from the SSD tier / read from the source, and
   // chunks found already in RAM. Not counted as hits or misses.
   uint64_t prefetch_from_ssd = 0, prefetch_from_source = 0, prefetch_already_cached = 0;
-  uint64_t prefetch_bytes = 0;   // bytes of the above read from SSD or source
-  bool io_uring = false;         // whether the io_uring path is in use
-  bool ssd_degraded = false;     // the SSD tier stopped writing (full or failing disk)
-  std::string ssd_degraded_reason;
+  uint64_t prefetch_bytes = 0;  // bytes of the above read from SSD or source
+  bool io_uring = false;        // whether the io_uring path is in use
+  SsdStats ssd;                 // the SSD tier's own counters
 
-  // Names each counter for the stats snapshot and Prometheus (base/counters.h).
-  // ssd_read_errors stays out: it is for tests and the log.
+  // Names each counter for the stats snapshot and Prometheus (base/counters.h), the
+  // SSD tier's through SsdStats::VisitCounters.
   void VisitCounters(const CounterVisitor& visit) const;
 };
 

@@ -110,10 +110,10 @@ TEST_P(CacheTest, MissThenRamHitThenSsdHitAfterReopen) {
     EXPECT_EQ(s.ram_hits, 3u);
     EXPECT_EQ(s.ram_hit_bytes, 150'010u);
     EXPECT_EQ(s.not_admitted, 0u);
-    EXPECT_EQ(s.ssd_writes, 3u);
-    EXPECT_EQ(s.ssd_entries, 3u);
-    EXPECT_EQ(s.compressed_entries, 1u);  // the text
-    EXPECT_EQ(s.packs, 1u);
+    EXPECT_EQ(s.ssd.writes, 3u);
+    EXPECT_EQ(s.ssd.entries, 3u);
+    EXPECT_EQ(s.ssd.compressed_entries, 1u);  // the text
+    EXPECT_EQ(s.ssd.packs, 1u);
     EXPECT_EQ(s.io_uring, GetParam() && NewIoUringIoEngine().ok());
   }
   auto cache = OpenCache(Options());
@@ -128,7 +128,7 @@ TEST_P(CacheTest, MissThenRamHitThenSsdHitAfterReopen) {
   EXPECT_EQ(s.source_reads, 0u);
   EXPECT_GE(s.ssd_hits, 1u);
   EXPECT_EQ(s.ssd_hits + s.ram_hits, 3u);  // read-around may have moved some to RAM
-  EXPECT_EQ(s.ssd_entries, 3u);
+  EXPECT_EQ(s.ssd.entries, 3u);
 }
 
 TEST_P(CacheTest, ChangedFileIsAMissWithFreshBytes) {
@@ -194,13 +194,13 @@ TEST_P(CacheTest, FlippedPackByteIsCorruptAndServedFromSource) {
   EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
   EXPECT_EQ(tier, Tier::kSource);
   CacheStats s = cache->Stats();
-  EXPECT_EQ(s.corrupt_entries, 1u);
+  EXPECT_EQ(s.ssd.corrupt_entries, 1u);
   EXPECT_EQ(s.source_reads, 1u);
   // Re-admitted: the next read is a RAM hit, and the damaged record is gone.
   EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
   EXPECT_EQ(tier, Tier::kRam);
   ASSERT_TRUE(cache->Flush().ok());
-  EXPECT_EQ(cache->Stats().ssd_entries, 1u);  // the fresh copy
+  EXPECT_EQ(cache->Stats().ssd.entries, 1u);  // the fresh copy
 }
 
 TEST_P(CacheTest, LargeFileAcrossChunkBoundariesIsByteExact) {
@@ -261,11 +261,11 @@ TEST_P(CacheTest, SsdBudgetIsNeverExceededAndDeadBytesAreReclaimed) {
       ASSERT_EQ(ReadWhole(*cache, src), contents[i]) << i;
     }
     ASSERT_TRUE(cache->Flush().ok());
-    EXPECT_LE(cache->Stats().ssd_bytes, o.disk_budget);
+    EXPECT_LE(cache->Stats().ssd.bytes, o.disk_budget);
     EXPECT_LE(PackBytesOnDisk(), o.disk_budget);
   };
   read_all();
-  EXPECT_EQ(cache->Stats().ssd_entries, static_cast<uint64_t>(kFiles));
+  EXPECT_EQ(cache->Stats().ssd.entries, static_cast<uint64_t>(kFiles));
 
   // Rewrite two files in three: their old entries die, and room for the new ones must
   // come from compacting packs that are now mostly dead.
@@ -277,7 +277,7 @@ TEST_P(CacheTest, SsdBudgetIsNeverExceededAndDeadBytesAreReclaimed) {
   WaitUntilFilesSettle();
   read_all();
   CacheStats s = cache->Stats();
-  EXPECT_GT(s.packs_reclaimed, 0u);
+  EXPECT_GT(s.ssd.packs_reclaimed, 0u);
   EXPECT_GE(s.stale_entries, 16u);
 
   // More data than the budget: the tier fills up and then admits nothing new.
@@ -293,8 +293,8 @@ TEST_P(CacheTest, SsdBudgetIsNeverExceededAndDeadBytesAreReclaimed) {
   }
   ASSERT_TRUE(cache->Flush().ok());
   s = cache->Stats();
-  EXPECT_GT(s.ssd_writes_dropped, 0u);
-  EXPECT_LE(s.ssd_bytes, o.disk_budget);
+  EXPECT_GT(s.ssd.writes_dropped, 0u);
+  EXPECT_LE(s.ssd.bytes, o.disk_budget);
   EXPECT_LE(PackBytesOnDisk(), o.disk_budget);
   cache.reset();
 
@@ -322,9 +322,9 @@ TEST_P(CacheTest, FullDiskDegradesButReadsStayCorrect) {
   Status flushed = cache->Flush();
   EXPECT_EQ(flushed.code(), Code::kNoSpace) << flushed.ToString();
   CacheStats s = cache->Stats();
-  EXPECT_TRUE(s.ssd_degraded);
-  EXPECT_NE(s.ssd_degraded_reason.find("injected write fault"), std::string::npos)
-      << s.ssd_degraded_reason;
+  EXPECT_TRUE(s.ssd.degraded);
+  EXPECT_NE(s.ssd.degraded_reason.find("injected write fault"), std::string::npos)
+      << s.ssd.degraded_reason;
   EXPECT_GT(io->failed_writes(), 0u);
   // Reads keep working (from the source) and further writes are not attempted.
   const uint64_t writes_before = io->writes();
@@ -335,7 +335,7 @@ TEST_P(CacheTest, FullDiskDegradesButReadsStayCorrect) {
   }
   ASSERT_FALSE(cache->Flush().ok());
   EXPECT_EQ(io->writes(), writes_before);
-  EXPECT_GE(cache->Stats().ssd_writes_dropped, 3u);
+  EXPECT_GE(cache->Stats().ssd.writes_dropped, 3u);
 }
 
 TEST_P(CacheTest, LowFreeSpaceDegrades) {
@@ -348,9 +348,9 @@ TEST_P(CacheTest, LowFreeSpaceDegrades) {
   EXPECT_EQ(ReadWhole(*cache, src), "some bytes");
   EXPECT_EQ(cache->Flush().code(), Code::kNoSpace);
   CacheStats s = cache->Stats();
-  EXPECT_TRUE(s.ssd_degraded);
-  EXPECT_NE(s.ssd_degraded_reason.find("min_free_bytes"), std::string::npos);
-  EXPECT_EQ(s.packs, 0u);
+  EXPECT_TRUE(s.ssd.degraded);
+  EXPECT_NE(s.ssd.degraded_reason.find("min_free_bytes"), std::string::npos);
+  EXPECT_EQ(s.ssd.packs, 0u);
   // The RAM tier still works.
   Tier tier;
   EXPECT_EQ(ReadWhole(*cache, src, &tier), "some bytes");
@@ -377,7 +377,7 @@ TEST_P(CacheTest, DegradedTierResumesAfterTheRetryDelay) {
   OpenSource b = OpenSourceFile(Src("b"));
   ReadWhole(cache, b);
   EXPECT_TRUE(cache.Flush().ok());
-  EXPECT_FALSE(cache.Stats().ssd_degraded);
+  EXPECT_FALSE(cache.Stats().ssd.degraded);
   Tier tier;
   ReadWhole(cache, b, &tier);
   EXPECT_EQ(tier, Tier::kSsd);
@@ -398,7 +398,7 @@ TEST_P(CacheTest, RacilyCleanFileIsServedButNotAdmitted) {
   EXPECT_EQ(s.source_reads, 2u);
   EXPECT_EQ(s.ram_entries, 0u);
   ASSERT_TRUE(cache->Flush().ok());
-  EXPECT_EQ(cache->Stats().ssd_writes, 0u);
+  EXPECT_EQ(cache->Stats().ssd.writes, 0u);
   // Once the ctime is safely in the past, the same file is admitted.
   WaitUntilFilesSettle();
   ReadWhole(*cache, src);
@@ -454,8 +454,8 @@ TEST_P(CacheTest, FailedPackReadIsAMissAndCounted) {
   EXPECT_EQ(ReadWhole(*cache, src, &tier), content);
   EXPECT_EQ(tier, Tier::kSource);
   CacheStats s = cache->Stats();
-  EXPECT_EQ(s.ssd_read_errors, 1u);
-  EXPECT_EQ(s.corrupt_entries, 0u);
+  EXPECT_EQ(s.ssd.read_errors, 1u);
+  EXPECT_EQ(s.ssd.corrupt_entries, 0u);
   EXPECT_EQ(s.source_reads, 1u);
 }
 
@@ -484,9 +484,9 @@ TEST_P(CacheTest, InvalidateDropsEveryTier) {
     auto cache = OpenCache(Options());
     ReadWhole(*cache, src);
     ASSERT_TRUE(cache->Flush().ok());
-    EXPECT_EQ(cache->Stats().ssd_entries, 1u);
+    EXPECT_EQ(cache->Stats().ssd.entries, 1u);
     cache->Invalidate(src.file.id.dev, src.file.id.ino);
-    EXPECT_EQ(cache->Stats().ssd_entries, 0u);
+    EXPECT_EQ(cache->Stats().ssd.entries, 0u);
     EXPECT_EQ(cache->Stats().ram_entries, 0u);
   }
   auto cache = OpenCache(Options());
@@ -509,7 +509,7 @@ TEST_P(CacheTest, IndexIsRebuiltFromPacks) {
   }
   fs::remove_all(dir_ / "cache" / "index");
   auto cache = OpenCache(Options());
-  EXPECT_EQ(cache->Stats().ssd_entries, 5u);
+  EXPECT_EQ(cache->Stats().ssd.entries, 5u);
   for (int i = 0; i < 5; ++i) {
     Tier tier;
     EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
@@ -539,8 +539,8 @@ TEST_P(CacheTest, TornPackTailLosesOnlyTheTornEntries) {
   // With the index intact, the record that points past the end is dropped at start-up.
   {
     auto cache = OpenCache(Options());
-    EXPECT_EQ(cache->Stats().ssd_entries, 3u);
-    EXPECT_EQ(cache->Stats().index_dangling_records, 1u);
+    EXPECT_EQ(cache->Stats().ssd.entries, 3u);
+    EXPECT_EQ(cache->Stats().ssd.dangling_records, 1u);
     for (int i = 0; i < 4; ++i) {
       Tier tier;
       EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
@@ -551,7 +551,7 @@ TEST_P(CacheTest, TornPackTailLosesOnlyTheTornEntries) {
   // that was whole (the fourth file was re-cached into a new pack meanwhile).
   fs::remove_all(dir_ / "cache" / "index");
   auto cache = OpenCache(Options());
-  EXPECT_EQ(cache->Stats().ssd_entries, 4u);
+  EXPECT_EQ(cache->Stats().ssd.entries, 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i)))), contents[i]);
   }
@@ -577,7 +577,7 @@ TEST_P(CacheTest, PackWithABadHeaderIsCountedAndServedFromTheSource) {
   Tier tier;
   EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src("f")), &tier), content);
   EXPECT_EQ(tier, Tier::kSource);
-  EXPECT_GE(cache->Stats().corrupt_entries, 1u);
+  EXPECT_GE(cache->Stats().ssd.corrupt_entries, 1u);
   // The warning ("cannot read pack 1 ...: bad magic") goes to the daemon's log; the
   // library's logger is not reachable from this binary to capture it.
 }
@@ -604,7 +604,7 @@ TEST_P(CacheTest, ReadAroundMovesNeighboursToRam) {
   }
   CacheStats s = cache->Stats();
   EXPECT_EQ(s.source_reads, 0u);
-  EXPECT_GT(s.ssd_read_around, 0u);
+  EXPECT_GT(s.ssd.read_around_entries, 0u);
   // 30 entries of ~20 KB in 256 KiB windows: a handful of SSD reads serve them all.
   EXPECT_GE(ram, kFiles / 2);
   EXPECT_LE(s.ssd_hits, 8u);
@@ -644,10 +644,10 @@ TEST_P(StreamTest, BringsFilesIntoRamInFewLargeReads) {
   const std::vector<bool> in_ram = cache->StreamFromSsd(ids);
   EXPECT_EQ(std::count(in_ram.begin(), in_ram.end(), true), kFiles);
   CacheStats s = cache->Stats();
-  EXPECT_EQ(s.ssd_streamed, static_cast<uint64_t>(kFiles));
+  EXPECT_EQ(s.ssd.streamed_entries, static_cast<uint64_t>(kFiles));
   // 3 MB in runs of at most 4 MiB (packs of 4 MiB here): one or two reads.
-  EXPECT_LE(s.ssd_stream_ios, 3u);
-  EXPECT_GE(s.ssd_stream_bytes, 60u * 49'000);
+  EXPECT_LE(s.ssd.stream_ios, 3u);
+  EXPECT_GE(s.ssd.stream_bytes, 60u * 49'000);
   for (int i = 0; i < kFiles; ++i) {
     Tier tier;
     ASSERT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
@@ -681,8 +681,8 @@ TEST_P(StreamTest, CorruptEntryInARunIsDroppedAndReadFromTheSource) {
   auto cache = OpenCache(Options());
   const std::vector<bool> in_ram = cache->StreamFromSsd(Identities(kFiles));
   EXPECT_EQ(std::count(in_ram.begin(), in_ram.end(), false), 1);
-  EXPECT_EQ(cache->Stats().corrupt_entries, 1u);
-  EXPECT_EQ(cache->Stats().ssd_streamed, static_cast<uint64_t>(kFiles - 1));
+  EXPECT_EQ(cache->Stats().ssd.corrupt_entries, 1u);
+  EXPECT_EQ(cache->Stats().ssd.streamed_entries, static_cast<uint64_t>(kFiles - 1));
   for (int i = 0; i < kFiles; ++i) {
     Tier tier;
     ASSERT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);

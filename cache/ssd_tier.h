@@ -115,25 +115,6 @@ struct StreamItem {
   SourceIdentity id;
 };
 
-struct SsdStats {
-  uint64_t bytes = 0;    // pack files on disk
-  uint64_t entries = 0;  // indexed entries
-  uint64_t evictions = 0;
-  uint64_t writes = 0, write_bytes = 0, writes_dropped = 0;
-  uint64_t packs = 0, packs_reclaimed = 0;
-  uint64_t stale_entries = 0, corrupt_entries = 0, read_errors = 0;
-  uint64_t compressed_entries = 0;
-  uint64_t read_around_entries = 0;  // neighbours handed to the RAM tier
-  // Stream(): entries inserted into RAM, the IOs and bytes it read for them.
-  uint64_t streamed_entries = 0, stream_ios = 0, stream_bytes = 0;
-  // At start-up: index records that pointed at missing pack bytes (dropped), and
-  // whether the index was found damaged and rebuilt from the packs.
-  uint64_t dangling_records = 0;
-  bool index_rebuilt = false;
-  bool degraded = false;
-  std::string degraded_reason;
-};
-
 class SsdTier {
  public:
   // Opens (creating, recovering) the tier in options.dir and starts the writer.
@@ -169,7 +150,7 @@ class SsdTier {
   // (or dropped). Not ok when the tier is degraded.
   Status Flush();
 
-  SsdStats GetStats() const;
+  SsdStats GetStats() const;  // cache/cache.h: CacheStats carries it whole
 
  private:
   struct Item {  // a chunk on its way to a pack

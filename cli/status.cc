@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/counter_view.h"
 #include "cli/exit.h"
 #include "daemon/mount_table.h"
 #include "fmt/format.h"
@@ -45,46 +46,28 @@ Result<nlohmann::json> ReadStats(const std::filesystem::path& mountpoint) {
   }
 }
 
-namespace {
-
-void PrintStatusTable(const nlohmann::json& s) {
-  auto u = [&](const char* key) { return s.value(key, uint64_t{0}); };
-  const uint64_t reads = u("ram_hits") + u("ssd_hits") + u("misses");
-  fmt::print("epochfs {} on {}\n", s.value("source", ""), s.value("mountpoint", ""));
-  fmt::print("  {:<16}{} (pid {}, up {:.0f} s, {})\n", "daemon", s.value("version", ""),
-             u("pid"), s.value("uptime_s", 0.0), s.value("read_only", false) ? "read-only" : "read-write");
-  fmt::print("  {:<16}{}\n", "cache dir", s.value("cache_dir", ""));
-  std::string requests;
-  for (const auto& [kind, count] : s["requests"].items()) {
-    if (count.get<uint64_t>() > 0) requests += fmt::format("{} {}  ", kind, count.get<uint64_t>());
+std::string StatusTable(const nlohmann::json& stats) {
+  std::string out = fmt::format("epochfs {} on {}\n", IdentityOf(stats, "source"),
+                                IdentityOf(stats, "mountpoint"));
+  for (const ViewRow& row : ViewRows()) {
+    double parts = 0;
+    for (const CounterInfo& c : row.counters) {
+      if (c.display.part) parts += NumberOf(FindCounter(stats, c.name)).value_or(0);
+    }
+    std::string items;
+    bool any = false;
+    for (const CounterInfo& c : row.counters) {
+      const nlohmann::json* value = FindCounter(stats, c.name);
+      if (value == nullptr) continue;
+      any = true;
+      if ((c.display.quiet && IsQuiet(*value)) || ShownWithItsPart(c, stats)) continue;
+      items += (items.empty() ? "" : ", ") + ShowCounter(c, *value, stats, parts);
+    }
+    if (any)
+      out += fmt::format("  {:<{}}{}\n", row.name, kRowNameWidth, items.empty() ? "-" : items);
   }
-  fmt::print("  {:<16}{}(errors {})\n", "requests", requests, u("request_errors"));
-  fmt::print("  {:<16}{:>12} {:>12} {:>10}\n", "chunk reads", "count", "bytes", "share");
-  fmt::print("  {:<16}{:>12} {:>12} {:>10}\n", "  RAM hits", u("ram_hits"),
-             FormatBytes(u("ram_hit_bytes")), FormatShare(u("ram_hits"), reads));
-  fmt::print("  {:<16}{:>12} {:>12} {:>10}\n", "  SSD hits", u("ssd_hits"),
-             FormatBytes(u("ssd_hit_bytes")), FormatShare(u("ssd_hits"), reads));
-  fmt::print("  {:<16}{:>12} {:>12} {:>10}\n", "  misses", u("misses"), FormatBytes(u("miss_bytes")),
-             FormatShare(u("misses"), reads));
-  fmt::print("  {:<16}{:>12} {:>12}\n", "source reads", u("source_reads"),
-             FormatBytes(u("source_bytes")));
-  fmt::print("  {:<16}{} of {} in {} entries, {} evicted\n", "RAM tier", FormatBytes(u("ram_bytes")),
-             FormatBytes(u("ram_budget_bytes")), u("ram_entries"), u("ram_evictions"));
-  fmt::print("  {:<16}{} of {} in {} entries, {} packs, {} evicted{}\n", "SSD tier",
-             FormatBytes(u("ssd_bytes")), FormatBytes(u("ssd_budget_bytes")), u("ssd_entries"), u("packs"),
-             u("ssd_evictions"),
-             s.value("ssd_degraded", false)
-                 ? fmt::format(" (DEGRADED: {})", s.value("ssd_degraded_reason", ""))
-                 : "");
-  fmt::print("  {:<16}corrupt {}, stale {}, not admitted {}, writes dropped {}\n", "entries",
-             u("corrupt_entries"), u("stale_entries"), u("not_admitted"),
-             u("ssd_writes_dropped"));
-  fmt::print("  {:<16}{} (peak {}), {} inodes, io_uring {}\n", "daemon RSS",
-             FormatBytes(u("daemon_rss_bytes")), FormatBytes(u("daemon_peak_rss_bytes")), u("inodes"),
-             s.value("io_uring", false) ? "on" : "off (pread)");
+  return out;
 }
-
-}  // namespace
 
 int RunStatus(const std::string& mountpoint, bool json) {
   std::vector<std::filesystem::path> targets;
@@ -116,7 +99,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
     if (json) {
       all.push_back(*stats);
     } else {
-      PrintStatusTable(*stats);
+      fmt::print("{}", StatusTable(*stats));
     }
   }
   if (json) {

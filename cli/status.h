@@ -22,6 +22,10 @@ Result<nlohmann::json> ReadStats(const std::filesystem::path& mountpoint);
 // the exit code.
 int RunStatus(const std::string& mountpoint, bool json);
 
+// The table `epochfs status` prints for one snapshot: a title, then one line per row
+// of the counter registry (cli/counter_view.h) with every counter the snapshot holds.
+std::string StatusTable(const nlohmann::json& stats);
+
 // "512 B", "1.5 GiB".
 std::string FormatBytes(double bytes);
 // "97.5%" of `whole`; "-" when there is no whole.

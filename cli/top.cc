@@ -8,113 +8,87 @@
 #include <utility>
 #include <vector>
 
+#include "cli/counter_view.h"
 #include "cli/status.h"
 #include "fmt/format.h"
 
 namespace epochfs::cli {
 namespace {
 
-uint64_t U(const nlohmann::json& s, const char* key) {
-  auto it = s.find(key);
-  return it != s.end() && it->is_number() ? it->get<uint64_t>() : 0;
+// How much counter `name` grew from `before` to `after`: 0 when it is new or went
+// down (a daemon restarted between the snapshots).
+double Growth(const nlohmann::json& before, const nlohmann::json& after, const std::string& name) {
+  const double now = NumberOf(FindCounter(after, name)).value_or(0);
+  const double then = NumberOf(FindCounter(before, name)).value_or(0);
+  return now > then ? now - then : 0;
 }
 
-struct Reads {
-  double ram, ssd, miss, ram_bytes, ssd_bytes, miss_bytes, source, source_bytes;
-  double total() const { return ram + ssd + miss; }
-  double bytes() const { return ram_bytes + ssd_bytes + miss_bytes; }
+struct Part {
+  const CounterInfo* counter;
+  double growth, total;
 };
 
-Reads ReadsOf(const nlohmann::json& s) {
-  return {double(U(s, "ram_hits")),      double(U(s, "ssd_hits")),      double(U(s, "misses")),
-          double(U(s, "ram_hit_bytes")), double(U(s, "ssd_hit_bytes")), double(U(s, "miss_bytes")),
-          double(U(s, "source_reads")),  double(U(s, "source_bytes"))};
-}
-
-std::string Pattern(const nlohmann::json& s) {
-  auto it = s.find("pattern");
-  if (it == s.end() || it->is_null()) return "-";
-  if (it->is_string()) return it->get<std::string>().empty() ? "-" : it->get<std::string>();
-  return it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // an object from a newer daemon: show it as it is
+// A row's parts (CounterDisplay::part) led by their sum per second and since mount:
+// "20/s (40)", then each part's share over the interval and since mount, or, for quiet
+// parts (request kinds), the three that grew most: "  (read 20/s, lookup 2/s)".
+std::string ShowParts(std::vector<Part> parts, double secs) {
+  double growth = 0, total = 0;
+  for (const Part& p : parts) {
+    growth += p.growth;
+    total += p.total;
+  }
+  const Unit unit = parts.front().counter->display.unit;
+  std::string out = fmt::format("{} ({})", ShowRate(growth / secs, unit), ShowNumber(total, unit));
+  if (parts.front().counter->display.quiet) {
+    std::stable_sort(parts.begin(), parts.end(),
+                     [](const Part& x, const Part& y) { return x.growth > y.growth; });
+    std::string busiest;
+    for (size_t i = 0; i < parts.size() && i < 3 && parts[i].growth > 0; i++) {
+      busiest += fmt::format("{}{}", i ? ", " : "  (",
+                             Labelled(*parts[i].counter, ShowRate(parts[i].growth / secs, unit)));
+    }
+    return busiest.empty() ? out : out + busiest + ")";
+  }
+  for (const Part& p : parts) {
+    out += ", " + Labelled(*p.counter, fmt::format("{} ({})", FormatShare(p.growth, growth),
+                                                   FormatShare(p.total, total)));
+  }
+  return out;
 }
 
 }  // namespace
 
 std::string TopFrame(const nlohmann::json& before, const nlohmann::json& after, double seconds) {
-  const Reads a = ReadsOf(before), b = ReadsOf(after);
-  const Reads d{b.ram - a.ram,
-                b.ssd - a.ssd,
-                b.miss - a.miss,
-                b.ram_bytes - a.ram_bytes,
-                b.ssd_bytes - a.ssd_bytes,
-                b.miss_bytes - a.miss_bytes,
-                b.source - a.source,
-                b.source_bytes - a.source_bytes};
   const double secs = seconds > 0 ? seconds : 1;
-  std::string out;
-  out += fmt::format("epochfs top  {}  (source {}, pid {}, up {:.0f} s)\n",
-                     after.value("mountpoint", ""), after.value("source", ""), U(after, "pid"),
-                     after.value("uptime_s", 0.0));
-  out += fmt::format("  {:<14}{}    epoch pattern: {}\n", "consistency",
-                     after.value("consistency", std::string("-")), Pattern(after));
-  out +=
-      fmt::format("  {:<14}{:>14} {:>14}\n", "", fmt::format("last {:.1f} s", secs), "since mount");
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "RAM hits", FormatShare(d.ram, d.total()),
-                     FormatShare(b.ram, b.total()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "SSD hits", FormatShare(d.ssd, d.total()),
-                     FormatShare(b.ssd, b.total()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "misses", FormatShare(d.miss, d.total()),
-                     FormatShare(b.miss, b.total()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "chunk reads/s",
-                     fmt::format("{:.0f}", d.total() / secs), fmt::format("{:.0f}", b.total()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "read MB/s",
-                     fmt::format("{:.1f}", d.bytes() / secs / 1e6), FormatBytes(b.bytes()));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "source IO/s",
-                     fmt::format("{:.0f}", d.source / secs), fmt::format("{:.0f}", b.source));
-  out += fmt::format("  {:<14}{:>14} {:>14}\n", "source MB/s",
-                     fmt::format("{:.1f}", d.source_bytes / secs / 1e6), FormatBytes(b.source_bytes));
-  // FUSE requests: zero in a warm notify-mode epoch (the kernel serves it alone), two
-  // per file in open mode; the busiest kinds say what the kernel asks for.
-  std::vector<std::pair<double, std::string>> kinds;
-  double requests = 0, requests_total = 0;
-  if (after.contains("requests") && after["requests"].is_object()) {
-    for (const auto& [kind, count] : after["requests"].items()) {
-      const double now = count.is_number() ? count.get<double>() : 0;
-      const auto& was = before.contains("requests") ? before["requests"] : nlohmann::json();
-      const double then = was.is_object() && was.contains(kind) && was[kind].is_number()
-                              ? was[kind].get<double>()
-                              : 0;
-      requests += now - then;
-      requests_total += now;
-      if (now > then) kinds.emplace_back(now - then, kind);
+  std::string out = fmt::format("epochfs top  {}  (source {})\n", IdentityOf(after, "mountpoint"),
+                                IdentityOf(after, "source"));
+  out += fmt::format("  {:<{}}per second over the last {:.1f} s (since mount)\n", "", kRowNameWidth,
+                     secs);
+  for (const ViewRow& row : ViewRows()) {
+    std::vector<Part> parts;
+    std::vector<std::string> items;
+    bool any = false;
+    for (const CounterInfo& c : row.counters) {
+      const nlohmann::json* value = FindCounter(after, c.name);
+      if (!c.display.top || value == nullptr) continue;
+      any = true;
+      const std::optional<double> n = NumberOf(value);
+      if (c.display.part && n) {
+        parts.push_back({&c, Growth(before, after, c.name), *n});
+      } else if (c.kind == CounterKind::kCounter && n) {
+        items.push_back(Labelled(
+            c,
+            fmt::format("{} ({})", ShowRate(Growth(before, after, c.name) / secs, c.display.unit),
+                        ShowValue(*value, c.display.unit))));
+      } else if (!(c.display.quiet && IsQuiet(*value)) && !ShownWithItsPart(c, after)) {
+        items.push_back(ShowCounter(c, *value, after, 0));
+      }
     }
+    if (!any) continue;
+    std::string line = parts.empty() ? "" : ShowParts(parts, secs);
+    for (const std::string& item : items) line += (line.empty() ? "" : ", ") + item;
+    out += fmt::format("  {:<{}}{}\n", row.name, kRowNameWidth, line.empty() ? "-" : line);
   }
-  std::sort(kinds.rbegin(), kinds.rend());
-  std::string busiest;
-  for (size_t i = 0; i < kinds.size() && i < 3; i++) {
-    busiest +=
-        fmt::format("{}{} {:.0f}/s", i ? ", " : "  (", kinds[i].second, kinds[i].first / secs);
-  }
-  if (!busiest.empty()) busiest += ")";
-  out +=
-      fmt::format("  {:<14}{:>14} {:>14}{}\n", "requests/s", fmt::format("{:.0f}", requests / secs),
-                  fmt::format("{:.0f}", requests_total), busiest);
-  out +=
-      fmt::format("  {:<14}{} of {} ({}), {} entries\n", "RAM tier",
-                  FormatBytes(double(U(after, "ram_bytes"))), FormatBytes(double(U(after, "ram_budget_bytes"))),
-                  FormatShare(double(U(after, "ram_bytes")), double(U(after, "ram_budget_bytes"))),
-                  U(after, "ram_entries"));
-  out +=
-      fmt::format("  {:<14}{} of {} ({}), {} entries, {} packs{}\n", "SSD tier",
-                  FormatBytes(double(U(after, "ssd_bytes"))), FormatBytes(double(U(after, "ssd_budget_bytes"))),
-                  FormatShare(double(U(after, "ssd_bytes")), double(U(after, "ssd_budget_bytes"))),
-                  U(after, "ssd_entries"), U(after, "packs"),
-                  after.value("ssd_degraded", false)
-                      ? fmt::format("  DEGRADED: {}", after.value("ssd_degraded_reason", ""))
-                      : "");
-  out += fmt::format("  {:<14}corrupt {}, stale {}, daemon RSS {}\n", "health",
-                     U(after, "corrupt_entries"), U(after, "stale_entries"),
-                     FormatBytes(double(U(after, "daemon_rss_bytes"))));
   return out;
 }
 

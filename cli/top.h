@@ -1,11 +1,14 @@
 // `epochfs top MOUNTPOINT`: a live view of one mount, redrawn every interval.
 //
-// Each frame compares two stats snapshots (daemon/metrics.h) taken `interval` apart: hit
-// ratios and read throughput over the interval and since mount, source IO, tier use
-// against budget, the consistency mode, and the epoch pattern the prefetcher detects
-// (its `pattern` key; "-" while the daemon reports none). On a terminal the screen is
-// cleared before each frame; otherwise frames are plain text separated by a blank line,
-// so `epochfs top ... > log` stays readable.
+// Each frame compares two stats snapshots (daemon/metrics.h) taken `interval` apart and
+// shows the counters the registry marks for it (CounterDisplay::top), on the rows
+// `epochfs status` uses (cli/counter_view.h): a counter as its rate over the interval
+// and its total since mount, a row's parts (RAM hits, SSD hits, misses) as their sum
+// per second and their shares, request kinds as the three busiest, levels (tier use
+// against budget, the consistency mode, the epoch pattern the prefetcher detects) as
+// they are now. On a terminal the screen is cleared before each frame; otherwise
+// frames are plain text separated by a blank line, so `epochfs top ... > log` stays
+// readable.
 //
 // Thread-safety: RunTop blocks the calling thread.
 #pragma once

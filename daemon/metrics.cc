@@ -103,61 +103,113 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
   constexpr auto kGauge = CounterKind::kGauge;
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kFlag = CounterKind::kFlag;
+  constexpr auto kBytes = Unit::kBytes;
   const char* budget = "The budget of a cache tier.";
-  visit({"version", "The daemon's version.", kText}, version);
-  visit({"pid", "The daemon's process id.", kGauge}, pid);
+  visit(CounterInfo{"version", "The daemon's version.", kText}.Show(
+            {.row = "daemon", .label = "version"}),
+        version);
+  visit(CounterInfo{"pid", "The daemon's process id.", kGauge}.Show(
+            {.row = "daemon", .label = "pid", .top = true}),
+        pid);
+  // The mount's identity heads each view (cli/counter_view.h), on no row.
   visit({"source", "The directory the mount serves.", kText}, source);
   visit({"mountpoint", "Where it is mounted.", kText}, mountpoint);
-  visit({"cache_dir", "The cache directory (packs, index, epoch record).", kText}, cache_dir);
-  visit({"read_only", "Whether the mount refuses writes.", kFlag}, read_only);
-  visit({"consistency", "How changes to the source reach the kernel: open or notify.", kText},
+  visit(
+      CounterInfo{"uptime_s", "Seconds since the daemon started.", kGauge, "epochfs_uptime_seconds"}
+          .Show({.row = "daemon", .label = "up", .unit = Unit::kSeconds, .top = true}),
+      uptime_s);
+  visit(CounterInfo{"read_only", "Whether the mount refuses writes.", kFlag}.Show(
+            {.row = "daemon", .label = "read-only"}),
+        read_only);
+  visit(CounterInfo{"cache_dir", "The cache directory (packs, index, epoch record).", kText}.Show(
+            {.row = "cache dir", .label = ""}),
+        cache_dir);
+  visit(CounterInfo{"consistency", "How changes to the source reach the kernel: open or notify.",
+                    kText}
+            .Show({.row = "consistency", .label = "", .top = true}),
         consistency);
-  visit({"uptime_s", "Seconds since the daemon started.", kGauge, "epochfs_uptime_seconds"},
-        uptime_s);
+  // fs/ names the request counters; where people see them is the mount's choice: the
+  // kinds are parts of all requests, most never used; the errors go with them.
   static const fs::RequestCounters kNoRequests;
-  (requests ? *requests : kNoRequests).VisitCounters(visit);
+  (requests ? *requests : kNoRequests)
+      .VisitCounters([&](const CounterInfo& info, const CounterValue& value) {
+        CounterInfo shown = info;
+        const bool kind = info.name.find('/') != std::string::npos;
+        shown.display = {.row = "requests",
+                         .label = kind ? nullptr : "errors",
+                         .part = kind,
+                         .quiet = kind,
+                         .top = true};
+        visit(shown, value);
+      });
   cache.VisitCounters(visit);
-  visit({"ram_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ram\""},
+  visit(CounterInfo{"ram_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ram\""}
+            .Show({.row = "RAM tier", .label = "budget", .unit = kBytes}),
         ram_budget_bytes);
-  visit({"ram_tier_budget_bytes", "The part of --ram the RAM tier may fill.", kGauge},
-        ram_tier_budget_bytes);
-  visit({"ssd_write_queue_bytes", "The part of --ram for chunks on their way to the SSD tier.",
-         kGauge},
+  visit(
+      CounterInfo{"ram_tier_budget_bytes", "The part of --ram the RAM tier may fill.", kGauge}.Show(
+          {.row = "RAM tier", .label = "for the tier", .unit = kBytes}),
+      ram_tier_budget_bytes);
+  visit(CounterInfo{"ssd_write_queue_bytes",
+                    "The part of --ram for chunks on their way to the SSD tier.", kGauge}
+            .Show({.row = "SSD writes", .label = "queue", .unit = kBytes}),
         ssd_write_queue_bytes);
-  visit({"ssd_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ssd\""},
+  visit(CounterInfo{"ssd_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ssd\""}
+            .Show({.row = "SSD tier", .label = "budget", .unit = kBytes}),
         ssd_budget_bytes);
-  visit({"open_file_fds", "Source file descriptors held open.", kGauge}, open_file_fds);
-  visit({"open_file_fds_max", "The most source file descriptors held open at once.", kGauge},
+  visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
+            {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
+        open_file_fds);
+  visit(CounterInfo{"open_file_fds_max", "The most source file descriptors held open at once.",
+                    kGauge}
+            .Show({.row = "source fds", .label = "limit"}),
         open_file_fds_max);
-  visit({"open_file_fd_reopens", "Source files reopened after their fd was shared out.",
-         kCounter},
+  visit(CounterInfo{"open_file_fd_reopens", "Source files reopened after their fd was shared out.",
+                    kCounter}
+            .Show({.row = "source fds", .label = "reopened"}),
         open_file_fd_reopens);
-  visit({"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}, inodes);
-  visit({"metadata_warmup", "Whether the restart's metadata warm-up is opening files now.", kFlag},
+  visit(
+      CounterInfo{"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}.Show(
+          {.row = "daemon", .label = "inodes"}),
+      inodes);
+  visit(CounterInfo{"metadata_warmup", "Whether the restart's metadata warm-up is opening files now.",
+                    kFlag}
+            .Show({.row = "metadata warm-up", .label = "running", .quiet = true}),
         metadata_warmup);
-  visit({"metadata_warmed", "Recorded files whose source metadata the warm-up brought in.",
-         kCounter},
+  visit(CounterInfo{"metadata_warmed", "Recorded files whose source metadata the warm-up brought in.",
+                    kCounter}
+            .Show({.row = "metadata warm-up", .label = "files", .quiet = true}),
         metadata_warmed);
-  visit({"metadata_pins", "Files whose source metadata is held until the kernel looks them up.",
-         kGauge},
+  visit(CounterInfo{"metadata_pins",
+                    "Files whose source metadata is held until the kernel looks them up.", kGauge}
+            .Show({.row = "metadata warm-up", .label = "held", .quiet = true}),
         metadata_pins);
   fs::ChangeWatcher::VisitCounters(watcher, visit);
   if (prefetch) {
     prefetch->VisitCounters(visit);
-    visit({"prefetch_threads", "Readahead threads (--prefetch).", kGauge}, prefetch_threads);
-    visit({"prefetch_iops_limit", "Readahead source reads per second allowed (0: no limit).",
-           kGauge},
+    visit(CounterInfo{"prefetch_threads", "Readahead threads (--prefetch).", kGauge}.Show(
+              {.row = "readahead limits", .label = "threads"}),
+          prefetch_threads);
+    visit(CounterInfo{"prefetch_iops_limit",
+                      "Readahead source reads per second allowed (0: no limit).", kGauge}
+              .Show({.row = "readahead limits", .label = "reads/s"}),
           prefetch_iops_limit);
-    visit({"prefetch_bandwidth_limit", "Readahead source bytes per second allowed (0: no limit).",
-           kGauge},
+    visit(CounterInfo{"prefetch_bandwidth_limit",
+                      "Readahead source bytes per second allowed (0: no limit).", kGauge}
+              .Show({.row = "readahead limits", .label = "bytes/s"}),
           prefetch_bandwidth_limit);
-    visit({"prefetch_pacing", "Whether readahead is paced by the source's latency.", kFlag},
-          prefetch_pacing);
+    visit(
+        CounterInfo{"prefetch_pacing", "Whether readahead is paced by the source's latency.", kFlag}
+            .Show({.row = "readahead limits", .label = "paced"}),
+        prefetch_pacing);
   }
-  visit({"daemon_rss_bytes", "Resident memory of the daemon.", kGauge, "epochfs_daemon_rss_bytes"},
+  visit(CounterInfo{"daemon_rss_bytes", "Resident memory of the daemon.", kGauge,
+                    "epochfs_daemon_rss_bytes"}
+            .Show({.row = "daemon RSS", .label = "", .unit = kBytes, .top = true}),
         daemon_rss_bytes);
-  visit({"daemon_peak_rss_bytes", "Peak resident memory of the daemon.", kGauge,
-         "epochfs_daemon_peak_rss_bytes"},
+  visit(CounterInfo{"daemon_peak_rss_bytes", "Peak resident memory of the daemon.", kGauge,
+                    "epochfs_daemon_peak_rss_bytes"}
+            .Show({.row = "daemon RSS", .label = "peak", .unit = kBytes}),
         daemon_peak_rss_bytes);
 }
 

@@ -182,18 +182,22 @@ void ChangeWatcher::VisitCounters(const ChangeWatcher* watcher, const CounterVis
   auto value = [&](uint64_t (ChangeWatcher::*get)() const) -> uint64_t {
     return watcher ? (watcher->*get)() : 0;
   };
-  visit({"watched_dirs", "Source directories under an inotify watch.", CounterKind::kGauge,
-         "epochfs_watched_dirs"},
+  visit(CounterInfo{"watched_dirs", "Source directories under an inotify watch.",
+                    CounterKind::kGauge, "epochfs_watched_dirs"}
+            .Show({.row = "change watch", .label = "dirs"}),
         value(&ChangeWatcher::watched));
-  visit({"change_events", "Changes seen in the source by inotify.", CounterKind::kCounter,
-         "epochfs_change_events_total"},
+  visit(CounterInfo{"change_events", "Changes seen in the source by inotify.",
+                    CounterKind::kCounter, "epochfs_change_events_total"}
+            .Show({.row = "change watch", .label = "changes seen"}),
         value(&ChangeWatcher::events));
-  visit({"watch_failures", "Directories that could not be watched.", CounterKind::kCounter,
-         "epochfs_watch_failures_total"},
+  visit(CounterInfo{"watch_failures", "Directories that could not be watched.",
+                    CounterKind::kCounter, "epochfs_watch_failures_total"}
+            .Show({.row = "change watch", .label = "dirs not watched"}),
         value(&ChangeWatcher::watch_failures));
-  visit({"identity_invalidations",
-         "Nodes dropped from the kernel after an identity check found them changed.",
-         CounterKind::kCounter},
+  visit(CounterInfo{"identity_invalidations",
+                    "Nodes dropped from the kernel after an identity check found them changed.",
+                    CounterKind::kCounter}
+            .Show({.row = "change watch", .label = "nodes dropped"}),
         value(&ChangeWatcher::identity_invalidations));
 }
 

@@ -696,39 +696,68 @@ uint64_t PlanFingerprint(const std::vector<std::string>& paths) {
 void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
-  visit({"pattern", "The access pattern readahead detected.", CounterKind::kText},
+  visit(CounterInfo{"pattern", "The access pattern readahead detected.", CounterKind::kText}.Show(
+            {.row = "epoch pattern", .label = "", .top = true}),
         std::string(PatternName(pattern)));
-  visit({"epoch", "Epochs started since mount (0 = the first).", kGauge}, epoch);
-  visit({"epoch_accesses", "Files accessed in the current epoch.", kGauge}, epoch_accesses);
-  visit({"prefetched", "Files prefetched with at least one chunk now in RAM.", kGauge},
+  visit(CounterInfo{"epoch", "Epochs started since mount (0 = the first).", kGauge}.Show(
+            {.row = "epoch", .label = "", .top = true}),
+        epoch);
+  visit(CounterInfo{"epoch_accesses", "Files accessed in the current epoch.", kGauge}.Show(
+            {.row = "epoch", .label = "files read", .top = true}),
+        epoch_accesses);
+  visit(CounterInfo{"access_rate", "Files first read per second, smoothed.", kGauge}.Show(
+            {.row = "epoch", .label = "files/s"}),
+        access_rate);
+  visit(CounterInfo{"prefetched", "Files prefetched with at least one chunk now in RAM.", kGauge}
+            .Show({.row = "readahead", .label = "files in RAM"}),
         prefetched);
-  visit({"prefetch_hits", "Accesses to files that readahead had brought in.", kCounter},
+  visit(CounterInfo{"prefetch_hits", "Accesses to files that readahead had brought in.", kCounter}
+            .Show({.row = "readahead", .label = "hits", .top = true}),
         prefetch_hits);
-  visit({"prefetch_refused", "Readahead candidates the RAM policy would refuse.", kCounter},
-        prefetch_refused);
-  visit({"prefetch_errors", "Readahead candidates that could not be opened or read.", kCounter},
-        prefetch_errors);
-  visit({"prefetch_source_reads", "Chunks readahead read from the source.", kCounter},
-        prefetch_source_reads);
-  visit({"prefetch_budget_wait_ms", "Milliseconds readahead waited for the source budget.",
-         kCounter},
-        budget_wait_ms);
-  visit({"prefetch_pace_reads_per_s", "The pacer's current rate (0: not pacing).", kGauge},
-        pace_reads_per_s);
-  visit({"prefetch_pace_slowdowns", "Times the pacer saw reads queue and slowed down.",
-         kCounter},
-        pace_slowdowns);
-  visit({"source_base_latency_us", "The lowest recent readahead source read, in us.", kGauge},
-        source_base_latency_us);
-  visit({"plans_published", "Read plans written to .epochfs/plan.", kCounter}, plans_published);
-  visit({"plan_entries", "Entries of the current plan.", kGauge}, plan_entries);
-  visit({"plan_position", "Furthest plan entry read so far.", kGauge}, plan_position);
-  visit({"readahead_window", "Files read ahead of the reader.", kGauge},
+  visit(CounterInfo{"readahead_window", "Files read ahead of the reader.", kGauge}.Show(
+            {.row = "readahead", .label = "window"}),
         uint64_t{readahead_window});
-  visit({"access_rate", "Files first read per second, smoothed.", kGauge}, access_rate);
+  visit(
+      CounterInfo{"prefetch_refused", "Readahead candidates the RAM policy would refuse.", kCounter}
+          .Show({.row = "readahead", .label = "refused"}),
+      prefetch_refused);
+  visit(CounterInfo{"prefetch_errors", "Readahead candidates that could not be opened or read.",
+                    kCounter}
+            .Show({.row = "readahead", .label = "errors"}),
+        prefetch_errors);
+  visit(
+      CounterInfo{"prefetch_source_reads", "Chunks readahead read from the source.", kCounter}.Show(
+          {.row = "readahead", .label = "source reads"}),
+      prefetch_source_reads);
+  visit(CounterInfo{"prefetch_budget_wait_ms",
+                    "Milliseconds readahead waited for the source budget.", kCounter}
+            .Show({.row = "readahead pace", .label = "budget wait ms"}),
+        budget_wait_ms);
+  visit(
+      CounterInfo{"prefetch_pace_reads_per_s", "The pacer's current rate (0: not pacing).", kGauge}
+          .Show({.row = "readahead pace", .label = "reads/s"}),
+      pace_reads_per_s);
+  visit(CounterInfo{"prefetch_pace_slowdowns", "Times the pacer saw reads queue and slowed down.",
+                    kCounter}
+            .Show({.row = "readahead pace", .label = "slowdowns"}),
+        pace_slowdowns);
+  visit(CounterInfo{"source_base_latency_us", "The lowest recent readahead source read, in us.",
+                    kGauge}
+            .Show({.row = "readahead pace", .label = "source base latency us"}),
+        source_base_latency_us);
+  visit(CounterInfo{"plans_published", "Read plans written to .epochfs/plan.", kCounter}.Show(
+            {.row = "read plan", .label = "published"}),
+        plans_published);
+  visit(CounterInfo{"plan_entries", "Entries of the current plan.", kGauge}.Show(
+            {.row = "read plan", .label = "entries"}),
+        plan_entries);
+  visit(CounterInfo{"plan_position", "Furthest plan entry read so far.", kGauge}.Show(
+            {.row = "read plan", .label = "read up to"}),
+        plan_position);
   // Hex text: many JSON readers hold numbers as doubles, which lose bits above 2^53.
-  visit({"plan_fingerprint", "XXH3-64 of the current plan's paths (0: no plan).",
-         CounterKind::kText},
+  visit(CounterInfo{"plan_fingerprint", "XXH3-64 of the current plan's paths (0: no plan).",
+                    CounterKind::kText}
+            .Show({.row = "read plan", .label = "fingerprint"}),
         fmt::format("{:016x}", plan_fingerprint));
 }
 

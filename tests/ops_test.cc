@@ -532,9 +532,9 @@ TEST_F(OpsTest, TopOnceShowsTheMount) {
   EXPECT_NE(r.output.find("epochfs top  " + fsys::canonical(mnt_).string()), std::string::npos)
       << r.output;
   // The prefetcher's classification: one read is too few to name a pattern.
-  EXPECT_NE(r.output.find("epoch pattern: unknown"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch pattern     unknown"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("RAM tier"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("source IO/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("source reads"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("\033["), std::string::npos) << "no ANSI codes when not a terminal";
   CommandResult bad = Epochfs({"top", src_.string(), "--once"});
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
