@@ -128,20 +128,8 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kText}
             .Show({.row = "consistency", .label = "", .top = true}),
         consistency);
-  // fs/ names the request counters; where people see them is the mount's choice: the
-  // kinds are parts of all requests, most never used; the errors go with them.
   static const fs::RequestCounters kNoRequests;
-  (requests ? *requests : kNoRequests)
-      .VisitCounters([&](const CounterInfo& info, const CounterValue& value) {
-        CounterInfo shown = info;
-        const bool kind = info.name.find('/') != std::string::npos;
-        shown.display = {.row = "requests",
-                         .label = kind ? nullptr : "errors",
-                         .part = kind,
-                         .quiet = kind,
-                         .top = true};
-        visit(shown, value);
-      });
+  (requests ? *requests : kNoRequests).VisitCounters(visit);
   cache.VisitCounters(visit);
   visit(CounterInfo{"ram_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ram\""}
             .Show({.row = "RAM tier", .label = "budget", .unit = kBytes}),

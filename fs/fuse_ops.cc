@@ -406,15 +406,19 @@ const struct fuse_lowlevel_ops& FuseOperations() {
 }
 
 void RequestCounters::VisitCounters(const CounterVisitor& visit) const {
+  // In the views for people the kinds are parts of all requests, most never used (left
+  // out while 0); the errors go on the same row.
   for (size_t k = 0; k < static_cast<size_t>(RequestKind::kCount); k++) {
     const auto kind = static_cast<RequestKind>(k);
-    visit({std::string("requests/") + RequestKindName(kind), "FUSE requests by kind.",
-           CounterKind::kCounter, "epochfs_requests_total",
-           std::string("kind=\"") + RequestKindName(kind) + "\""},
+    visit(CounterInfo{std::string("requests/") + RequestKindName(kind), "FUSE requests by kind.",
+                      CounterKind::kCounter, "epochfs_requests_total",
+                      std::string("kind=\"") + RequestKindName(kind) + "\""}
+              .Show({.row = "requests", .part = true, .quiet = true, .top = true}),
           count(kind));
   }
-  visit({"request_errors", "FUSE requests answered with an error.", CounterKind::kCounter,
-         "epochfs_request_errors_total"},
+  visit(CounterInfo{"request_errors", "FUSE requests answered with an error.",
+                    CounterKind::kCounter, "epochfs_request_errors_total"}
+            .Show({.row = "requests", .label = "errors", .top = true}),
         errors());
 }
 
