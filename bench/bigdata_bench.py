@@ -988,6 +988,19 @@ class Bench:
         self.mounts.append(info)
         return info
 
+    def _mount_or_skip(self, fs: EpochfsMount, keys, *, limited: bool = True) -> dict | None:
+        """Mounts ``fs`` (inside the memory group when ``limited``); if that fails, records
+        the rows ``keys`` as skipped with the reason and returns None."""
+        try:
+            if limited:
+                return self._mount(fs)
+            fs.start()
+            return {}
+        except MountError as e:
+            warn(str(e))
+            self.skip(keys, f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+            return None
+
     def run_epochfs(self) -> None:
         """epochfs with --ram = ram_fraction x the limit: epoch 1 cold, steady epochs, the
         real client on the same mount, then a restart with the page cache dropped."""
@@ -1010,11 +1023,8 @@ class Bench:
         drop_caches()
         fs = make("first")
         log(f"--- epochfs: {' '.join(fs.command)}")
-        try:
-            info = self._mount(fs)
-        except MountError as e:
-            warn(str(e))
-            self.skip(keys, f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+        info = self._mount_or_skip(fs, keys)
+        if info is None:
             return
         try:
             self.measure("epochfs-e1", fs.mountpoint, 1, fs=fs, cold=True, extra=info)
@@ -1033,11 +1043,8 @@ class Bench:
             fs.stop()
         drop_caches()
         fs = make("restart")
-        try:
-            info = self._mount(fs)
-        except MountError as e:
-            warn(str(e))
-            self.skip(keys[3:], f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+        info = self._mount_or_skip(fs, keys[3:])
+        if info is None:
             return
         try:
             self.measure("epochfs-restart", fs.mountpoint, a.steady_epochs + 3, fs=fs, cold=True, extra=info)
@@ -1048,12 +1055,8 @@ class Bench:
         # warm-up, the stream of the SSD tier into RAM), not in the same instant.
         drop_caches()
         fs = make("restart-ahead")
-        try:
-            info = self._mount(fs)
-        except MountError as e:
-            warn(str(e))
-            self.skip(("epochfs-restart-ahead",), f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
-        else:
+        info = self._mount_or_skip(fs, ("epochfs-restart-ahead",))
+        if info is not None:
             try:
                 info["ahead_s"] = self._wait_mount_work(fs)
                 self.measure("epochfs-restart-ahead", fs.mountpoint, a.steady_epochs + 3, fs=fs, extra=info)
@@ -1100,11 +1103,7 @@ class Bench:
         finally:
             self.ram = saved_ram
         log(f"--- epochfs, all in RAM, no memory limit: {' '.join(fs.command)}")
-        try:
-            fs.start()  # outside the memory group: this row has no limit
-        except MountError as e:
-            warn(str(e))
-            self.skip(keys, f"epochfs mount failed: {str(e).splitlines()[0][:160]}")
+        if self._mount_or_skip(fs, keys, limited=False) is None:  # this row has no limit
             return
         try:
             self._wait_all_in_ram(fs)
