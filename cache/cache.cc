@@ -65,8 +65,11 @@ struct Piece {
 // (The kernel splits one application read of a large file into several concurrent
 // FUSE reads of the same chunk.)
 struct Inflight {
-  explicit Inflight(const SourceIdentity& identity) : id(identity) {}
+  explicit Inflight(const SourceIdentity& identity) : id(identity), started_ns(WallClockNs()) {}
   const SourceIdentity id;
+  // When the leader began: a reader joins only if the file had settled by then (see
+  // FillFromBelow).
+  const int64_t started_ns;
   Mutex mu;
   std::condition_variable cv;
   bool done GUARDED_BY(mu) = false;
@@ -278,7 +281,7 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
                                 const std::vector<size_t>& missing, std::vector<Piece>& pieces) {
   struct Claim {
     size_t i;
-    std::shared_ptr<Inflight> inflight;  // null: not coalesced (another identity in flight)
+    std::shared_ptr<Inflight> inflight;  // null: not coalesced (see below)
     bool leader;
   };
   std::vector<Claim> claims;
@@ -291,7 +294,13 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
         auto inflight = std::make_shared<Inflight>(file.id);
         inflight_.emplace(key, inflight);
         claims.push_back(Claim{i, std::move(inflight), true});
-      } else if (it->second->id == file.id) {
+      } else if (it->second->id == file.id &&
+                 file.id.ctime_ns + kRacilyCleanNs < it->second->started_ns) {
+        // Only a file that had settled before the leader began: a change since then
+        // would have a later ctime, so the same identity means the same bytes. A file
+        // that changed just before may have changed again within the same timestamp
+        // tick (same identity, other bytes) after the leader read it, and this reader,
+        // which came later, must see that change: it reads for itself.
         claims.push_back(Claim{i, it->second, false});
       } else {
         claims.push_back(Claim{i, nullptr, true});
@@ -682,7 +691,7 @@ void CacheStats::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "readahead chunks", .label = "from SSD"}),
         prefetch_from_ssd);
   visit(
-      CounterInfo{"prefetch_from_source", "Chunks readahead read from the source.", kCounter}.Show(
+      CounterInfo{"prefetch_from_source", "Chunks readahead brought into RAM from the source.", kCounter}.Show(
           {.row = "readahead chunks", .label = "from source"}),
       prefetch_from_source);
   visit(CounterInfo{"prefetch_already_cached", "Chunks readahead found already in RAM.", kCounter}

@@ -809,22 +809,28 @@ using testing::TempDir;
 using testing::WaitUntilFilesSettle;
 using testing::WriteFile;
 
-// Source reads wait at a gate until the test opens it.
+// Source reads wait at a gate until the test opens it: before they read, or, with
+// `read_first`, after.
 class GatedIoEngine final : public IoEngine {
  public:
-  explicit GatedIoEngine(std::unique_ptr<IoEngine> inner) : inner_(std::move(inner)) {}
+  explicit GatedIoEngine(std::unique_ptr<IoEngine> inner, bool read_first = false)
+      : inner_(std::move(inner)), read_first_(read_first) {}
   void Open() {
     std::lock_guard lock(mu_);
     open_ = true;
     cv_.notify_all();
   }
   Result<size_t> ReadAt(int fd, void* buf, size_t len, uint64_t offset) override {
-    Wait();
-    return inner_->ReadAt(fd, buf, len, offset);
+    if (!read_first_) Wait();
+    auto result = inner_->ReadAt(fd, buf, len, offset);
+    if (read_first_) Wait();
+    return result;
   }
   Status ReadBatch(std::span<ReadOp> ops) override {
-    Wait();
-    return inner_->ReadBatch(ops);
+    if (!read_first_) Wait();
+    Status status = inner_->ReadBatch(ops);
+    if (read_first_) Wait();
+    return status;
   }
   Status WriteAt(int fd, const void* buf, size_t len, uint64_t offset) override {
     return inner_->WriteAt(fd, buf, len, offset);
@@ -838,6 +844,7 @@ class GatedIoEngine final : public IoEngine {
     cv_.wait(lock, [this] { return open_; });
   }
   const std::unique_ptr<IoEngine> inner_;
+  const bool read_first_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
@@ -875,6 +882,58 @@ TEST(CacheDemandFills, CountsDemandFillsNotPrefetches) {
   // A RAM hit is no fill.
   ASSERT_TRUE(cache.Read(a.file, 0, 5000).ok());
   EXPECT_EQ(cache.DemandFillsInFlight(), 0u);
+}
+
+// Coalescing concurrent misses of one chunk must not hand a reader bytes read before a
+// change it must see. A source with coarse timestamps (NFS, or a kernel without
+// fine-grained ctime) can change a file twice within one tick without changing its
+// size: both states have the same identity. Simulated here by a second reader that
+// passes the identity the first one saw, after the file was rewritten in place.
+TEST(CacheCoalescing, AReaderAfterAChangeWithinOneTimestampTickGetsTheNewBytes) {
+  TempDir dir;
+  const std::string old_bytes = RandomBytes(5000, 1), new_bytes = RandomBytes(5000, 2);
+  WriteFile(dir / "f", old_bytes);  // recent: changed just now
+  auto io = std::make_shared<GatedIoEngine>(NewIoEngine(false), /*read_first=*/true);
+  CacheOptions o;
+  o.cache_dir = dir / "cache";
+  o.disk_budget = 0;
+  auto opened = OpenCacheWithIoEngine(o, io);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto& cache = **opened;
+  auto text = [](const ReadBuffer& b) { return std::string(b.data, b.size); };
+  OpenSource first = OpenSourceFile(dir / "f");
+  std::string first_got;
+  std::thread leader([&] {
+    auto read = cache.Read(first.file, 0, 5000);
+    ASSERT_TRUE(read.ok());
+    first_got = text(*read);
+  });
+  for (int i = 0; i < 500 && cache.DemandFillsInFlight() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // it has read, and waits
+  {
+    std::fstream f(dir / "f", std::ios::in | std::ios::out | std::ios::binary);
+    f.write(new_bytes.data(), static_cast<std::streamsize>(new_bytes.size()));
+  }
+  OpenSource second = OpenSourceFile(dir / "f");
+  const SourceFile same_tick{second.file.fd, first.file.id};
+  std::string second_got;
+  std::thread follower([&] {
+    auto read = cache.Read(same_tick, 0, 5000);
+    ASSERT_TRUE(read.ok());
+    second_got = text(*read);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  io->Open();
+  leader.join();
+  follower.join();
+  EXPECT_EQ(first_got, old_bytes);  // it read before the change
+  EXPECT_TRUE(second_got == new_bytes) << "the later reader got bytes from before the change";
+  // Neither read was admitted: the file changed under both.
+  auto again = cache.Read(second.file, 0, 5000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(text(*again) == new_bytes);
 }
 
 }  // namespace
