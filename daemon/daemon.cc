@@ -34,7 +34,6 @@
 #include "daemon/service_notify.h"
 #include "fs/source_fs.h"
 #include "nlohmann/json.hpp"
-#include "prefetcher/epoch_record.h"
 #include "prefetcher/prefetcher.h"
 #include "spdlog/spdlog.h"
 
@@ -67,8 +66,6 @@ std::pair<uint64_t, uint64_t> ResidentSetBytes() {
   return {rss, peak};
 }
 
-// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
-// exporter renders it as Prometheus text (daemon/metrics.h).
 // What the index (RocksDB) may hold in memory: its 8 MiB block cache and two 4 MiB
 // memtables (cache/index.cc).
 constexpr uint64_t kIndexMemoryBytes = 16ull << 20;
@@ -77,17 +74,14 @@ constexpr uint64_t kIndexMemoryBytes = 16ull << 20;
 // its inode (about 1.2 KiB on ext4), rounded up.
 constexpr uint64_t kWarmedMetadataBytes = 1536;
 
-// After a restart, the files the last epoch read (the prefetcher's record, in path order,
-// so neighbours share their metadata's IOs) have their source metadata brought into
+// After a restart, the files the last epoch read (what the prefetcher remembered from its
+// record, in path order, so neighbours share their metadata's IOs) have their source metadata brought into
 // memory ahead of the first epoch (fs/metadata_warmup.h). It holds kernel memory, not
 // the daemon's: at most an eighth of --ram's worth.
-void WarmRecordedMetadata(const std::filesystem::path& record_path, uint64_t ram,
+void WarmRecordedMetadata(const prefetch::Prefetcher& prefetcher, uint64_t ram,
                           fs::SourceFs& fs) {
-  Result<prefetch::EpochRecord> record = prefetch::LoadEpochRecord(record_path);
-  if (!record.ok() || record->files.empty()) return;  // no epoch yet: nothing to warm
-  std::vector<std::string> paths;
-  paths.reserve(record->files.size());
-  for (auto& [key, path] : record->files) paths.push_back(std::move(path));
+  std::vector<std::string> paths = prefetcher.KnownPaths();
+  if (paths.empty()) return;  // no epoch recorded yet: nothing to warm
   std::sort(paths.begin(), paths.end());
   const uint64_t most = std::max<uint64_t>(1, ram / 8 / kWarmedMetadataBytes);
   if (paths.size() > most) paths.resize(most);
@@ -329,7 +323,7 @@ Status Daemon::Start() {
   if (!fs.ok()) return fs.status();
   fs_ = std::move(*fs);
   plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get());
-  WarmRecordedMetadata(options.cache_dir / "epochs", options.ram_budget, *fs_);
+  WarmRecordedMetadata(*prefetcher_, options.ram_budget, *fs_);
 
   control_ = std::make_unique<ControlDir>(
       std::vector<ControlDir::File>{

@@ -148,7 +148,7 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
   visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
             {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
         open_file_fds);
-  visit(CounterInfo{"open_file_fds_max", "The most source file descriptors held open at once.",
+  visit(CounterInfo{"open_file_fds_max", "The limit on source file descriptors held by open files; beyond it, opens share fds and reopen.",
                     kGauge}
             .Show({.row = "source fds", .label = "limit"}),
         open_file_fds_max);

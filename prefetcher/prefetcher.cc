@@ -107,6 +107,7 @@ class PrefetcherImpl final : public Prefetcher {
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
   void Publish(std::vector<PlannedFile> plan) override;
+  std::vector<std::string> KnownPaths() const override;
   PrefetcherStats Stats() const override;
 
  private:
@@ -265,6 +266,16 @@ void PrefetcherImpl::LoadRecord() {
       record->pattern == Pattern::kPublished ? Pattern::kShuffled : record->pattern;
   spdlog::info("prefetch: {} files and an epoch of {} remembered from {}", catalog_.size(),
                previous_order_.size(), options_.record_path.string());
+}
+
+std::vector<std::string> PrefetcherImpl::KnownPaths() const {
+  MutexLock lock(mu_);
+  std::vector<std::string> paths;
+  paths.reserve(catalog_.size());
+  for (const auto& [key, path] : catalog_) {
+    if (!path.empty()) paths.push_back(path);
+  }
+  return paths;
 }
 
 void PrefetcherImpl::SaveRecordLocked() {
@@ -726,7 +737,7 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "readahead", .label = "errors"}),
         prefetch_errors);
   visit(
-      CounterInfo{"prefetch_source_reads", "Chunks readahead read from the source.", kCounter}.Show(
+      CounterInfo{"prefetch_source_reads", "Source reads charged to the readahead budget (--prefetch-iops).", kCounter}.Show(
           {.row = "readahead", .label = "source reads"}),
       prefetch_source_reads);
   visit(CounterInfo{"prefetch_budget_wait_ms",

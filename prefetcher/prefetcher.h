@@ -165,6 +165,11 @@ class Prefetcher {
   // Replaces the plan and starts a new epoch with it (an empty plan drops it).
   virtual void Publish(std::vector<PlannedFile> plan) = 0;
 
+  // The paths of every file known so far (those the epoch record remembered at
+  // creation, then those read since), in no particular order. The metadata warm-up
+  // takes them at mount instead of parsing the record a second time.
+  virtual std::vector<std::string> KnownPaths() const = 0;
+
   virtual PrefetcherStats Stats() const = 0;
 };
 

@@ -193,6 +193,12 @@ TEST(Prefetcher, ARestartedDaemonRecognisesAReplayInItsFirstEpoch) {
     EXPECT_EQ(p->Stats().epoch, 1u);
   }
   auto p = make();
+  // Before any read, it knows every recorded file by path (the metadata warm-up's list).
+  std::vector<std::string> known = p->KnownPaths();
+  ASSERT_EQ(known.size(), n);
+  std::sort(known.begin(), known.end());
+  EXPECT_EQ(known.front(), "d/000000.jpg");
+  EXPECT_EQ(known.back(), "d/000499.jpg");
   for (uint32_t i : order) Access(*p, i);
   EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
   EXPECT_EQ(p->Stats().epoch, 0u);
