@@ -14,17 +14,38 @@ JOBS=${JOBS:-$(nproc)}
 
 .ci/install-deps
 
+# Runs ctest with its arguments, keeping the whole log in $1. The console gets what
+# matters: on success the totals, on failure every line but the passing tests' (so the
+# failing tests' output and the list of failures come last, not lost in a long log).
+run_ctest() {
+  local log=$1
+  shift
+  local start=$SECONDS
+  if ctest "$@" --output-on-failure >"$log" 2>&1; then
+    sed -n '/tests passed/,$p' "$log"
+    echo "(full log: $log, $((SECONDS - start)) s)"
+  else
+    grep -v -E '^ +Start +[0-9]+: |Test +#[0-9]+: .* +Passed +[0-9.]+ sec$' "$log"
+    echo "(full log: $log, $((SECONDS - start)) s)"
+    # Once more, to tell a flaky test from a broken one in the report; the run fails
+    # either way.
+    echo "== the failed tests once more"
+    ctest "$@" --rerun-failed --output-on-failure 2>&1 | tail -n 60 || true
+    return 1
+  fi
+}
+
 echo "== build (RelWithDebInfo)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$JOBS"
 
 echo "== all tests"
-ctest --test-dir build --output-on-failure -j 1 --timeout 600
+run_ctest build/ctest.log --test-dir build -j 1 --timeout 600
 
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DEPOCHFS_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$JOBS" --target unit_tests
-ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 600 -L unit
+run_ctest build-asan/ctest.log --test-dir build-asan -j "$JOBS" --timeout 600 -L unit
 
 echo "== thread-safety analysis (clang -Wthread-safety, libraries only)"
 # Compile only: nothing is linked or run, so -O0 without debug info, and only the
