@@ -850,6 +850,25 @@ class GatedIoEngine final : public IoEngine {
   bool open_ = false;
 };
 
+// A cache with no SSD tier whose source reads go through `io`.
+std::unique_ptr<Cache> OpenRamOnlyCache(const fs::path& cache_dir, std::shared_ptr<IoEngine> io) {
+  CacheOptions o;
+  o.cache_dir = cache_dir;
+  o.disk_budget = 0;
+  auto opened = OpenCacheWithIoEngine(o, std::move(io));
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  return opened.ok() ? std::move(opened).value() : nullptr;
+}
+
+// Waits (up to 1 s) until a demand read is filling from below, then a little longer, so
+// that it has reached the gate.
+void WaitForADemandFillAtTheGate(Cache& cache) {
+  for (int i = 0; i < 500 && cache.DemandFillsInFlight() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 // Readahead holds back while demand reads fill from below: the cache counts those, and
 // only those (a prefetch is not a demand).
 TEST(CacheDemandFills, CountsDemandFillsNotPrefetches) {
@@ -858,22 +877,16 @@ TEST(CacheDemandFills, CountsDemandFillsNotPrefetches) {
   WriteFile(dir / "b", RandomBytes(5000, 2));
   WaitUntilFilesSettle();
   auto io = std::make_shared<GatedIoEngine>(NewIoEngine(false));
-  CacheOptions o;
-  o.cache_dir = dir / "cache";
-  o.disk_budget = 0;
-  auto opened = OpenCacheWithIoEngine(o, io);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  auto& cache = **opened;
+  auto opened = OpenRamOnlyCache(dir / "cache", io);
+  ASSERT_NE(opened, nullptr);
+  Cache& cache = *opened;
   OpenSource a = OpenSourceFile(dir / "a");
   OpenSource b = OpenSourceFile(dir / "b");
   EXPECT_EQ(cache.DemandFillsInFlight(), 0u);
   std::thread prefetch([&] { ASSERT_TRUE(cache.Prefetch(b.file).ok()); });
   std::thread demand([&] { ASSERT_TRUE(cache.Read(a.file, 0, 5000).ok()); });
-  for (int i = 0; i < 500 && cache.DemandFillsInFlight() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  WaitForADemandFillAtTheGate(cache);
   // Both are blocked at the gate; only the demand read counts.
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(cache.DemandFillsInFlight(), 1u);
   io->Open();
   prefetch.join();
@@ -894,12 +907,9 @@ TEST(CacheCoalescing, AReaderAfterAChangeWithinOneTimestampTickGetsTheNewBytes) 
   const std::string old_bytes = RandomBytes(5000, 1), new_bytes = RandomBytes(5000, 2);
   WriteFile(dir / "f", old_bytes);  // recent: changed just now
   auto io = std::make_shared<GatedIoEngine>(NewIoEngine(false), /*read_first=*/true);
-  CacheOptions o;
-  o.cache_dir = dir / "cache";
-  o.disk_budget = 0;
-  auto opened = OpenCacheWithIoEngine(o, io);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  auto& cache = **opened;
+  auto opened = OpenRamOnlyCache(dir / "cache", io);
+  ASSERT_NE(opened, nullptr);
+  Cache& cache = *opened;
   auto text = [](const ReadBuffer& b) { return std::string(b.data, b.size); };
   OpenSource first = OpenSourceFile(dir / "f");
   std::string first_got;
@@ -908,10 +918,7 @@ TEST(CacheCoalescing, AReaderAfterAChangeWithinOneTimestampTickGetsTheNewBytes) 
     ASSERT_TRUE(read.ok());
     first_got = text(*read);
   });
-  for (int i = 0; i < 500 && cache.DemandFillsInFlight() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // it has read, and waits
+  WaitForADemandFillAtTheGate(cache);  // it has read, and waits
   {
     std::fstream f(dir / "f", std::ios::in | std::ios::out | std::ios::binary);
     f.write(new_bytes.data(), static_cast<std::streamsize>(new_bytes.size()));
