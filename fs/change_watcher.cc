@@ -120,6 +120,8 @@ void ChangeWatcher::Run() {
       std::sort(nodes.begin(), nodes.end());
       nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
       for (uint64_t nodeid : nodes) {
+        spdlog::debug("dropping the kernel's cache of node {}: changed without an inotify event",
+                      nodeid);
         identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
         invalidator_.InvalidateInode(nodeid);
       }
@@ -173,6 +175,9 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
       return;  // renamed over meanwhile: that rename has its own event
     }
     if (!table_.KernelCacheFollows(*node, cache::SourceIdentity::FromStat(st), seen)) {
+      spdlog::debug("dropping the kernel's cache of node {} (source inode {}, '{}'): changed "
+                    "underneath, size now {}",
+                    node->nodeid, node->ino, name, st.st_size);
       invalidator_.InvalidateInode(node->nodeid);
     }
   }

@@ -63,6 +63,21 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   inode->parent = parent;
   inode->name = name;
   inode->nlookup = 1;
+  if (!inode->is_dir) {
+    // A new node's kernel inode has no pages yet: whatever it caches is read from the
+    // file as it is now or later. The identity seen now is recorded as if read, so that
+    // observations of the file as it stands are no news. If the mount itself made this
+    // identity just before (through a node the kernel has since forgotten), it stays
+    // trusted as the mount's own: otherwise the racily clean rule would drop the pages
+    // of a file only the mount writes, and such a drop can race with its next write
+    // (see KernelCacheFollows).
+    const cache::SourceIdentity id = cache::SourceIdentity::FromStat(st);
+    const int64_t now = cache::WallClockNs();
+    auto made = made_recently_.find(key);
+    inode->kernel_cache_id = id;
+    inode->kernel_cache_id_at_ns = now;
+    inode->kernel_cache_id_written = made != made_recently_.end() && made->second.id == id;
+  }
   by_nodeid_[inode->nodeid] = inode;
   by_devino_[key] = inode->nodeid;
   return inode;
@@ -152,10 +167,16 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
                                     Observation seen) const {
   MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return true;
-  // Equal, or older than what the kernel holds: the watcher's stat of an event it
-  // reads late, after later changes through the mount.
-  return inode.kernel_cache_id &&
-         (*inode.kernel_cache_id == id || id.ctime_ns < inode.kernel_cache_id->ctime_ns);
+  if (!inode.kernel_cache_id) return false;
+  // Older than what the kernel holds: the watcher's stat of an event it reads late,
+  // after later changes through the mount.
+  if (id.ctime_ns < inode.kernel_cache_id->ctime_ns) return true;
+  // Equal: the mount's own, or settled when it was recorded. A recent one may hide a
+  // second change within the same timestamp tick (the racily clean rule, as in
+  // SwapKernelCacheId), which is the very change this event may be reporting.
+  return *inode.kernel_cache_id == id &&
+         (inode.kernel_cache_id_written ||
+          id.ctime_ns + cache::kRacilyCleanNs < inode.kernel_cache_id_at_ns);
 }
 
 void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made) {
@@ -168,8 +189,21 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
     inode.kernel_cache_id = made;
     inode.kernel_cache_id_at_ns = now;
     inode.kernel_cache_id_written = true;
+    RememberMadeLocked(DevIno{inode.dev, inode.ino}, *made, now);
   }
   inode.changes_made.fetch_add(1);
+}
+
+void InodeTable::RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id,
+                                    int64_t now) {
+  // Only a short memory is needed: an identity older than the racily clean window is
+  // trusted as settled anyway. Trimmed when it grows, so it stays small.
+  if (made_recently_.size() >= 1024) {
+    std::erase_if(made_recently_, [&](const auto& entry) {
+      return entry.second.at_ns + kMadeMemoryNs < now;
+    });
+  }
+  made_recently_[key] = Made{id, now};
 }
 
 MountChange::MountChange(InodeTable& table, Inode* inode) : table_(table), inode_(inode) {

@@ -59,8 +59,9 @@ struct Inode {
   std::shared_ptr<Inode> parent;  // null for the root
   std::string name;               // the last name it was looked up or renamed by
   uint64_t nlookup = 0;
-  // Identity of the source file when the kernel last filled its page cache for this
-  // node (set at open). An open that sees the same identity keeps the kernel's cache.
+  // Identity of the source file the kernel's page cache of this node holds: the one seen
+  // when the node was made, then the latest a check, an open or a change by the mount
+  // recorded. An open that sees the same identity keeps the kernel's cache.
   std::optional<cache::SourceIdentity> kernel_cache_id;
   int64_t kernel_cache_id_at_ns = 0;  // wall clock when kernel_cache_id was recorded
   bool kernel_cache_id_written = false;  // left by a MountChange
@@ -136,7 +137,8 @@ class InodeTable {
   // its size.)
   CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id, Observation seen);
   // Whether the kernel's pages of `inode` are those of the file as `id` (observed as
-  // `seen`) says: the change was made through the mount, or overlapped one. Dropping the
+  // `seen`) says: the change was made through the mount, overlapped one, or is the
+  // settled identity already recorded (the same racily clean rule as above). Dropping the
   // pages then would only race with the write that keeps them current: the kernel
   // copies a write into its up-to-date pages before the WRITE reaches the daemon, and
   // a page dropped and read again in between holds the old bytes for good.
@@ -174,6 +176,15 @@ class InodeTable {
   struct DevInoHash {
     size_t operator()(const DevIno& k) const { return k.ino * 0x9E3779B97F4A7C15ull ^ k.dev; }
   };
+  // The identities the mount's own changes left, per source object, for a while: a node
+  // made for the object after the kernel forgot the one that changed it starts from there.
+  struct Made {
+    cache::SourceIdentity id;
+    int64_t at_ns = 0;
+  };
+  static constexpr int64_t kMadeMemoryNs = 1'000'000'000;  // well past cache::kRacilyCleanNs
+  void RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id, int64_t now)
+      REQUIRES(mutex_);
 
   mutable Mutex mutex_;
   std::shared_ptr<Inode> root_;
@@ -185,6 +196,7 @@ class InodeTable {
       GUARDED_BY(mutex_);
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> by_nodeid_ GUARDED_BY(mutex_);
   std::unordered_map<DevIno, uint64_t, DevInoHash> by_devino_ GUARDED_BY(mutex_);
+  std::unordered_map<DevIno, Made, DevInoHash> made_recently_ GUARDED_BY(mutex_);
 };
 
 // Brackets one change the mount makes to a file's source object: a write, truncate,

@@ -65,7 +65,7 @@ TEST(InodeTable, MoveAndKernelCacheIdentity) {
   auto swap = [&](const cache::SourceIdentity& seen_id) {
     return table.SwapKernelCacheId(*f, seen_id, InodeTable::Observe(*f));
   };
-  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kUnknown);
+  EXPECT_EQ(swap(id), InodeTable::CacheMatch::kChanged) << "not what the lookup saw";
   EXPECT_EQ(swap(id), InodeTable::CacheMatch::kSame);
   id.mtime_ns++;
   id.ctime_ns++;
@@ -86,12 +86,73 @@ TEST(InodeTable, RecentChangeNotMadeByTheMountIsDistrustedUntilItSettles) {
   auto swap = [&](const cache::SourceIdentity& id) {
     return table.SwapKernelCacheId(*f, id, InodeTable::Observe(*f));
   };
-  EXPECT_EQ(swap(cache::SourceIdentity{1, 70, 1, 1000, 1000}), InodeTable::CacheMatch::kUnknown);
+  EXPECT_EQ(swap(cache::SourceIdentity{1, 70, 1, 1000, 1000}), InodeTable::CacheMatch::kChanged);
   const auto changed = RecentIdentity(2);
   EXPECT_EQ(swap(changed), InodeTable::CacheMatch::kChanged);
   // Racily clean: the same identity again, so soon after its ctime, may hide a second
   // change within the same timestamp tick.
   EXPECT_EQ(swap(changed), InodeTable::CacheMatch::kChanged);
+  // So the watcher, reporting a change of that file, does not take it for old news.
+  EXPECT_FALSE(table.KernelCacheFollows(*f, changed, InodeTable::Observe(*f)));
+}
+
+struct ::stat StatOf(const cache::SourceIdentity& id) {
+  struct ::stat st = FakeStat(id.dev, id.ino, S_IFREG);
+  st.st_size = static_cast<off_t>(id.size);
+  st.st_mtim = timespec{id.mtime_ns / 1'000'000'000, id.mtime_ns % 1'000'000'000};
+  st.st_ctim = timespec{id.ctime_ns / 1'000'000'000, id.ctime_ns % 1'000'000'000};
+  return st;
+}
+
+// A new node's kernel inode has no pages: the file as its lookup saw it is no news.
+TEST(InodeTable, ANewNodeStartsFromTheIdentityItsLookupSaw) {
+  InodeTable table = MakeTable();
+  const cache::SourceIdentity settled{1, 70, 3, 1000, 2000};
+  auto f = table.Remember(table.root(), "f", StatOf(settled), UniqueFd());
+  EXPECT_TRUE(table.KernelCacheFollows(*f, settled, InodeTable::Observe(*f)));
+  EXPECT_EQ(table.SwapKernelCacheId(*f, settled, InodeTable::Observe(*f)),
+            InodeTable::CacheMatch::kSame);
+  cache::SourceIdentity later = settled;
+  later.ctime_ns++;
+  EXPECT_FALSE(table.KernelCacheFollows(*f, later, InodeTable::Observe(*f)));
+  // Looked up right after a change made underneath: a second change within the same
+  // tick would leave the identity as it is, so it is not trusted yet.
+  auto recent = RecentIdentity(4);
+  recent.ino = 72;
+  auto g = table.Remember(table.root(), "g", StatOf(recent), UniqueFd());
+  EXPECT_FALSE(table.KernelCacheFollows(*g, recent, InodeTable::Observe(*g)));
+}
+
+// The kernel forgets the node of a file the mount just wrote, and looks the file up
+// again: the new node must not take the mount's own recent change for one made
+// underneath (the racily clean rule would then drop its pages while the mount writes
+// it, and a drop can race with a write the kernel has copied but not yet sent).
+TEST(InodeTable, ANodeMadeAgainTrustsTheMountsOwnRecentChange) {
+  InodeTable table = MakeTable();
+  auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());
+  const auto written = RecentIdentity(5);
+  MountChange(table, f.get()).Made(written);
+  const uint64_t old_id = f->nodeid;
+  f.reset();
+  ASSERT_NE(table.Forget(old_id, 1), nullptr);
+  auto again = table.Remember(table.root(), "f", StatOf(written), UniqueFd());
+  ASSERT_NE(again->nodeid, old_id);
+  EXPECT_EQ(table.SwapKernelCacheId(*again, written, InodeTable::Observe(*again)),
+            InodeTable::CacheMatch::kSame);
+  EXPECT_EQ(table.SwapKernelCacheId(*again, written, InodeTable::Observe(*again)),
+            InodeTable::CacheMatch::kSame);
+  // Changed underneath since the mount's change: an identity the mount did not make,
+  // distrusted while it is recent.
+  auto g = table.Remember(table.root(), "g", FakeStat(1, 71, S_IFREG), UniqueFd());
+  cache::SourceIdentity made_g = RecentIdentity(5), then = RecentIdentity(6);
+  made_g.ino = then.ino = 71;
+  MountChange(table, g.get()).Made(made_g);
+  const uint64_t g_id = g->nodeid;
+  g.reset();
+  ASSERT_NE(table.Forget(g_id, 1), nullptr);
+  auto g_again = table.Remember(table.root(), "g", StatOf(then), UniqueFd());
+  EXPECT_EQ(table.SwapKernelCacheId(*g_again, then, InodeTable::Observe(*g_again)),
+            InodeTable::CacheMatch::kChanged);
 }
 
 TEST(InodeTable, IdentityAMountChangeLeftIsTrustedAtOnce) {

@@ -10,6 +10,7 @@
 
 #include "fmt/format.h"
 #include "fs/open_beneath.h"
+#include "spdlog/spdlog.h"
 
 namespace epochfs::fs {
 namespace {
@@ -473,6 +474,8 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
   if (match == InodeTable::CacheMatch::kChanged) {
+    spdlog::debug("open of node {} (source inode {}): changed since its pages were read",
+                  nodeid, id.ino);
     cache_->Invalidate(id.dev, id.ino);
     if (Invalidator* kernel = kernel_.load()) {
       // Dropped now (attributes and pages), while the lock holds other opens back: an
@@ -618,6 +621,8 @@ void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
   if (inodes_.SwapKernelCacheId(inode, id, seen) != InodeTable::CacheMatch::kChanged) return;
   // Changed, and not by the mount: a change inotify did not report (a hard link outside
   // the source, a shared mapping). The kernel may hold pages of the old file.
+  spdlog::debug("node {} (source inode {}) changed without the mount: size now {}", inode.nodeid,
+                inode.ino, id.size);
   if (ChangeWatcher* watcher = watcher_.load()) watcher->InvalidateLater(inode.nodeid);
 }
 
