@@ -335,7 +335,10 @@ TEST_P(StreamTest, RestartWarmsTheRecordedMetadataUntilLookedUp) {
   auto s = m->Stats();
   EXPECT_EQ(s["metadata_warmed"], 199) << s.dump();  // the deleted file could not be opened
   EXPECT_EQ(s["metadata_pins"], 199) << s.dump();    // nothing looked up yet
-  EXPECT_EQ(s["source_reads"], 0) << s.dump();       // metadata only
+  // The warm-up reads metadata only. The one source read there may be is the
+  // readahead's, of the file rewritten while the daemon was down (its SSD entry is stale).
+  EXPECT_EQ(s["misses"], 0) << s.dump();
+  EXPECT_LE(s["source_reads"].get<uint64_t>(), 1u) << s.dump();
   EXPECT_FALSE(fsys::exists(mnt_ / names[4]));
   names.erase(names.begin() + 4);
   ShuffledEpoch(names, 3, {{names[3], fresh}});
