@@ -28,7 +28,12 @@ struct Totals {
   uint64_t ssd_writes_dropped = 0, not_admitted = 0;
   bool ssd_degraded = false;
   std::string ssd_degraded_reason;
+  uint64_t ssd_bytes = 0, ssd_budget_bytes = 0;
 };
+
+// At most this many passes over the files: a pass after the first reads again what the
+// cache disk could not keep up with (the files already stored are cheap hits).
+constexpr int kMaxPasses = 3;
 
 bool ReadTotals(const fsys::path& mountpoint, Totals* out) {
   std::ifstream in(mountpoint / ".epochfs" / "stats");
@@ -43,6 +48,8 @@ bool ReadTotals(const fsys::path& mountpoint, Totals* out) {
   out->not_admitted = j.value("not_admitted", uint64_t{0});
   out->ssd_degraded = j.value("ssd_degraded", false);
   out->ssd_degraded_reason = j.value("ssd_degraded_reason", std::string());
+  out->ssd_bytes = j.value("ssd_bytes", uint64_t{0});
+  out->ssd_budget_bytes = j.value("ssd_budget_bytes", uint64_t{0});
   return true;
 }
 
@@ -103,82 +110,115 @@ int RunWarm(const WarmOptions& options) {
   uint64_t total_bytes = 0;
   for (const auto& f : files) total_bytes += f.second;
 
-  std::atomic<size_t> next{0}, done_files{0}, failed{0};
-  std::atomic<uint64_t> done_bytes{0};
-  Mutex err_mu;
-  auto worker = [&] {
-    std::vector<char> buf(1 << 20);
-    for (size_t i = next++; i < files.size(); i = next++) {
-      const auto& path = files[i].first;
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      bool ok = fd >= 0;
-      while (ok) {
-        ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          ok = n == 0;
-          break;
-        }
-        done_bytes += static_cast<uint64_t>(n);
-      }
-      if (!ok) {
-        MutexLock lock(err_mu);
-        fmt::print(stderr, "epochfs: warm: {}: {}\n", path.string(), std::strerror(errno));
-        ++failed;
-      }
-      if (fd >= 0) {
-        if (!options.ram) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        ::close(fd);
-      }
-      ++done_files;
-    }
-  };
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(1u, options.threads); ++t) threads.emplace_back(worker);
-
   const bool tty = ::isatty(STDERR_FILENO) == 1;
-  auto last_line = start;
-  auto report = [&](bool final) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double rate = s > 0 ? done_bytes / s : 0;
-    const double eta = rate > 0 ? (total_bytes - std::min<uint64_t>(done_bytes, total_bytes)) / rate : -1;
-    const size_t n = done_files;
-    if (tty) {
-      const int width = 30;
-      const int fill = files.empty() ? width : static_cast<int>(width * n / files.size());
-      fmt::print(stderr, "\r[{}{}] {}/{} files  {}/{}  {}/s  ETA {}   ", std::string(fill, '#'),
-                 std::string(width - fill, ' '), n, files.size(), Bytes(done_bytes),
-                 Bytes(total_bytes), Bytes(rate), Duration(eta));
-      if (final) fmt::print(stderr, "\n");
-    } else {
-      fmt::print(stderr, "warm: {}/{} files, {}/{}, {}/s, ETA {}\n", n, files.size(),
-                 Bytes(done_bytes), Bytes(total_bytes), Bytes(rate), Duration(eta));
-    }
-  };
-  while (done_files < files.size()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const auto now = std::chrono::steady_clock::now();
-    if (tty || std::chrono::duration<double>(now - last_line).count() >= options.report_interval_s) {
-      report(false);
-      last_line = now;
-    }
-  }
-  for (auto& t : threads) t.join();
-  report(true);
+  // One pass: every file read through the mount by `threads` readers, with progress.
+  // Returns how many files could not be read.
+  auto read_pass = [&](int pass) -> size_t {
+    std::atomic<size_t> next{0}, done_files{0}, failed{0};
+    std::atomic<uint64_t> done_bytes{0};
+    Mutex err_mu;
+    auto worker = [&] {
+      std::vector<char> buf(1 << 20);
+      for (size_t i = next++; i < files.size(); i = next++) {
+        const auto& path = files[i].first;
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        bool ok = fd >= 0;
+        while (ok) {
+          ssize_t n = ::read(fd, buf.data(), buf.size());
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) {
+            ok = n == 0;
+            break;
+          }
+          done_bytes += static_cast<uint64_t>(n);
+        }
+        if (!ok) {
+          MutexLock lock(err_mu);
+          fmt::print(stderr, "epochfs: warm: {}: {}\n", path.string(), std::strerror(errno));
+          ++failed;
+        }
+        if (fd >= 0) {
+          if (!options.ram) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+          ::close(fd);
+        }
+        ++done_files;
+      }
+    };
+    const auto pass_start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::max(1u, options.threads); ++t) threads.emplace_back(worker);
 
+    const std::string label = pass == 1 ? "" : fmt::format("pass {}: ", pass);
+    auto last_line = pass_start;
+    auto report = [&](bool final) {
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start).count();
+      const double rate = s > 0 ? done_bytes / s : 0;
+      const double eta =
+          rate > 0 ? (total_bytes - std::min<uint64_t>(done_bytes, total_bytes)) / rate : -1;
+      const size_t n = done_files;
+      if (tty) {
+        const int width = 30;
+        const int fill = files.empty() ? width : static_cast<int>(width * n / files.size());
+        fmt::print(stderr, "\r{}[{}{}] {}/{} files  {}/{}  {}/s  ETA {}   ", label,
+                   std::string(fill, '#'), std::string(width - fill, ' '), n, files.size(),
+                   Bytes(done_bytes), Bytes(total_bytes), Bytes(rate), Duration(eta));
+        if (final) fmt::print(stderr, "\n");
+      } else {
+        fmt::print(stderr, "warm: {}{}/{} files, {}/{}, {}/s, ETA {}\n", label, n, files.size(),
+                   Bytes(done_bytes), Bytes(total_bytes), Bytes(rate), Duration(eta));
+      }
+    };
+    while (done_files < files.size()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const auto now = std::chrono::steady_clock::now();
+      if (tty ||
+          std::chrono::duration<double>(now - last_line).count() >= options.report_interval_s) {
+        report(false);
+        last_line = now;
+      }
+    }
+    for (auto& t : threads) t.join();
+    report(true);
+    return failed.load();
+  };
+
+  const auto start = std::chrono::steady_clock::now();
+  size_t failed = read_pass(1);
+  int passes = 1;
   Totals after;
   ReadTotals(mnt, &after);
+  // A queue the cache disk could not drain in time drops chunks (the daemon never makes
+  // a reader wait long for its cache disk). Warm exists to fill the SSD tier, so it
+  // reads again: what was stored is a cheap hit now, what was dropped is fetched and
+  // queued again. Not when the tier is full or degraded: reading again would not help.
+  uint64_t dropped = after.ssd_writes_dropped - before.ssd_writes_dropped;  // last pass
+  for (int pass = 2; pass <= kMaxPasses && dropped > 0 && failed == 0; ++pass) {
+    const bool tier_full = after.ssd_budget_bytes > 0 &&
+                           after.ssd_bytes + after.ssd_budget_bytes / 20 >= after.ssd_budget_bytes;
+    if (after.ssd_degraded || tier_full) break;
+    fmt::print(stderr,
+               "epochfs: warm: the cache disk fell behind ({} chunks not stored); reading "
+               "again (pass {} of at most {})\n",
+               dropped, pass, kMaxPasses);
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // the writer catches up
+    const Totals before_pass = after;
+    failed = read_pass(pass);
+    passes = pass;
+    ReadTotals(mnt, &after);
+    dropped = after.ssd_writes_dropped - before_pass.ssd_writes_dropped;
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Counted by the daemon: also includes other readers of the mount meanwhile.
-  fmt::print("warmed {} files ({}) in {:.1f} s: {} chunk reads from the source ({}), "
+  fmt::print("warmed {} files ({}) in {:.1f} s{}: {} chunk reads from the source ({}), "
              "{} chunks already cached ({}){}\n",
-             files.size() - failed, Bytes(total_bytes), s, after.source_reads - before.source_reads,
+             files.size() - failed, Bytes(total_bytes), s,
+             passes > 1 ? fmt::format(" ({} passes)", passes) : "",
+             after.source_reads - before.source_reads,
              Bytes(after.source_bytes - before.source_bytes), after.hits - before.hits,
              Bytes(after.hit_bytes - before.hit_bytes),
-             failed ? fmt::format(", {} failed", failed.load()) : "");
+             failed ? fmt::format(", {} failed", failed) : "");
   // Warm exists to fill the SSD tier: say plainly what did not get there.
-  const uint64_t dropped = after.ssd_writes_dropped - before.ssd_writes_dropped;
   const uint64_t not_admitted = after.not_admitted - before.not_admitted;
   bool incomplete = false;
   if (dropped > 0) {

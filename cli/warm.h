@@ -5,7 +5,9 @@
 // SSD tier is read back as a cheap SSD (or RAM) hit and never touches the source, so
 // running warm again after an interruption only fetches what is missing; the summary
 // says how much came from the source and how much was already cached (the daemon's
-// counters, before and after). Without --ram the pages are dropped from the kernel's
+// counters, before and after). If the cache disk falls behind and chunks are dropped
+// on their way to the SSD tier, it reads everything again (at most 3 passes; stored
+// files are cheap hits) unless the tier is full or degraded. Without --ram the pages are dropped from the kernel's
 // page cache after each file (POSIX_FADV_DONTNEED), so warming does not push a
 // running job's pages out; with --ram they are kept, and the daemon's RAM tier fills
 // while it has room. Progress: a redrawn bar (files, bytes, rate, ETA) on a terminal,

@@ -506,12 +506,17 @@ TEST_F(MountTest, CorruptIndexTableIsRebuiltFromThePacks) {
 // served without reading the source.
 TEST_F(MountTest, WarmLeavesEveryFileInTheSsdTier) {
   Dataset d = Dataset::Make(src_, 3000, 10, 80000, 10);
+  ::sync();  // a data set at rest: its own writeback does not compete with the cache's
   {
     auto m = MountIt({"--ram", "16M"});
     ASSERT_TRUE(m->ok());
     CommandResult warm = Epochfs({"warm", mnt_.string(), "--threads", "8"});
     EXPECT_EQ(warm.exit_code, 0) << warm.output;
-    EXPECT_EQ(m->Stats()["ssd_writes_dropped"].get<uint64_t>(), 0u);
+    // A cache disk that fell behind (a 16M --ram has a 4 MiB write queue) drops chunks on
+    // their way to the SSD tier; warm then reads again until everything is stored.
+    if (m->Stats()["ssd_writes_dropped"].get<uint64_t>() > 0) {
+      EXPECT_NE(warm.output.find("passes)"), std::string::npos) << warm.output;
+    }
     ASSERT_TRUE(m->Unmount());
   }
   auto m = MountIt({"--ram", "16M"});
