@@ -63,20 +63,17 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   inode->parent = parent;
   inode->name = name;
   inode->nlookup = 1;
-  if (!inode->is_dir) {
-    // A new node's kernel inode has no pages yet: whatever it caches is read from the
-    // file as it is now or later. The identity seen now is recorded as if read, so that
-    // observations of the file as it stands are no news. If the mount itself made this
-    // identity just before (through a node the kernel has since forgotten), it stays
-    // trusted as the mount's own: otherwise the racily clean rule would drop the pages
-    // of a file only the mount writes, and such a drop can race with its next write
-    // (see KernelCacheFollows).
-    const cache::SourceIdentity id = cache::SourceIdentity::FromStat(st);
-    const int64_t now = cache::WallClockNs();
-    auto made = made_recently_.find(key);
-    inode->kernel_cache_id = id;
-    inode->kernel_cache_id_at_ns = now;
-    inode->kernel_cache_id_written = made != made_recently_.end() && made->second.id == id;
+  if (auto made = made_recently_.find(key);
+      !inode->is_dir && made != made_recently_.end() &&
+      made->second.id == cache::SourceIdentity::FromStat(st)) {
+    // The mount itself made the file as it is, just before, through a node the kernel
+    // has since forgotten. The new node starts from that change, trusted as the mount's
+    // own: without it the racily clean rule would drop the pages of a file only the mount
+    // writes, and such a drop can race with its next write (see KernelCacheFollows).
+    // Otherwise a new node has no identity yet; its first check records one.
+    inode->kernel_cache_id = made->second.id;
+    inode->kernel_cache_id_at_ns = cache::WallClockNs();
+    inode->kernel_cache_id_written = true;
   }
   by_nodeid_[inode->nodeid] = inode;
   by_devino_[key] = inode->nodeid;

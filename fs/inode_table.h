@@ -59,9 +59,10 @@ struct Inode {
   std::shared_ptr<Inode> parent;  // null for the root
   std::string name;               // the last name it was looked up or renamed by
   uint64_t nlookup = 0;
-  // Identity of the source file the kernel's page cache of this node holds: the one seen
-  // when the node was made, then the latest a check, an open or a change by the mount
-  // recorded. An open that sees the same identity keeps the kernel's cache.
+  // Identity of the source file the kernel's page cache of this node holds: the latest a
+  // check, an open or a change by the mount recorded (or, for a node made right after the
+  // mount changed the file through a forgotten node, that change). An open that sees the
+  // same identity keeps the kernel's cache.
   std::optional<cache::SourceIdentity> kernel_cache_id;
   int64_t kernel_cache_id_at_ns = 0;  // wall clock when kernel_cache_id was recorded
   bool kernel_cache_id_written = false;  // left by a MountChange
