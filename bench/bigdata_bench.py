@@ -298,6 +298,21 @@ def evaluate_targets(summary: dict[str, dict], client_au: dict[str, dict[int, fl
     return out
 
 
+def wait_until_mount_work_stops(fs: EpochfsMount, key: str, interval: float, polls: int,
+                                timeout: float) -> int:
+    """Polls the mount's stats every ``interval`` s until the counter ``key`` has stayed
+    the same for ``polls`` polls in a row with the metadata warm-up over, or ``timeout``
+    s pass; returns the counter's last value."""
+    deadline, last, still = time.monotonic() + timeout, -1, 0
+    while time.monotonic() < deadline and still < polls:
+        time.sleep(interval)
+        st = fs.status() or {}
+        value = int(st.get(key) or 0)
+        still = still + 1 if value == last and not st.get("metadata_warmup") else 0
+        last = value
+    return last
+
+
 def _fmt(x, spec: str, width: int) -> str:
     return ("-" if x is None else format(x, spec)).rjust(width)
 
@@ -1068,13 +1083,7 @@ class Bench:
         """Waits until the metadata warm-up has finished and the stream into RAM stopped
         growing; returns how long that took."""
         t0 = time.monotonic()
-        deadline, last, still = t0 + timeout, -1, 0
-        while time.monotonic() < deadline and still < 4:
-            time.sleep(0.25)
-            st = fs.status() or {}
-            streamed = int(st.get("ssd_streamed") or 0)
-            still = still + 1 if streamed == last and not st.get("metadata_warmup") else 0
-            last = streamed
+        wait_until_mount_work_stops(fs, "ssd_streamed", 0.25, 4, timeout)
         took = time.monotonic() - t0 - 1.0  # the last second only confirmed it had stopped
         st = fs.status() or {}
         log(f"  mount work done in {max(took, 0):.1f} s: {st.get('metadata_warmed')} files' metadata held, "
@@ -1122,13 +1131,7 @@ class Bench:
         """Waits for the stream at mount to bring the SSD tier into RAM (until the RAM tier
         stops growing) and for the metadata warm-up; a row read before that would measure
         the SSD tier instead."""
-        deadline, last, still = time.monotonic() + timeout, -1, 0
-        while time.monotonic() < deadline and still < 5:
-            time.sleep(0.5)
-            st = fs.status() or {}
-            held = int(st.get("ram_bytes") or 0)
-            still = still + 1 if held == last and not st.get("metadata_warmup") else 0
-            last = held
+        last = wait_until_mount_work_stops(fs, "ram_bytes", 0.5, 5, timeout)
         log(f"  RAM tier holds {last / MiB:.0f} MiB of the {self.manifest.total_bytes / MiB:.0f} MiB data set")
 
     # -- results -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchenv import parse_oom_control  # noqa: E402
 from bigdata_bench import (_lines, evaluate_targets, format_au_table, format_table,  # noqa: E402
-                           max_accelerators_at, parse_args, summarize)
+                           max_accelerators_at, parse_args, summarize, wait_until_mount_work_stops)
 from dataset import imagefolder_plan, jpeg_bytes  # noqa: E402
 from readers import EpochResult  # noqa: E402
 from realclient import accelerator_utilization  # noqa: E402
@@ -189,6 +189,23 @@ class HelpersTest(unittest.TestCase):
         os.close(r)
         os.close(w)
         self.assertEqual(got, [None])
+
+
+class WaitTest(unittest.TestCase):
+    def test_waits_for_the_counter_to_stop_and_the_warmup_to_end(self):
+        class FakeMount:
+            def __init__(self, states):
+                self.states = states
+
+            def status(self):
+                return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+        states = [{"ram_bytes": 1, "metadata_warmup": True}, {"ram_bytes": 5, "metadata_warmup": True},
+                  {"ram_bytes": 5, "metadata_warmup": True}, {"ram_bytes": 5, "metadata_warmup": False},
+                  {"ram_bytes": 5, "metadata_warmup": False}]
+        fake = FakeMount(states)
+        self.assertEqual(wait_until_mount_work_stops(fake, "ram_bytes", 0.001, 2, 5.0), 5)
+        self.assertEqual(len(fake.states), 1, "stopped only once still and warmed up")
 
 
 class JpegTest(unittest.TestCase):

@@ -736,10 +736,10 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
                     kCounter}
             .Show({.row = "readahead", .label = "errors"}),
         prefetch_errors);
-  visit(
-      CounterInfo{"prefetch_source_reads", "Source reads charged to the readahead budget (--prefetch-iops).", kCounter}.Show(
-          {.row = "readahead", .label = "source reads"}),
-      prefetch_source_reads);
+  visit(CounterInfo{"prefetch_source_reads",
+                    "Source reads charged to the readahead budget (--prefetch-iops).", kCounter}
+            .Show({.row = "readahead", .label = "source reads"}),
+        prefetch_source_reads);
   visit(CounterInfo{"prefetch_budget_wait_ms",
                     "Milliseconds readahead waited for the source budget.", kCounter}
             .Show({.row = "readahead pace", .label = "budget wait ms"}),
