@@ -81,10 +81,14 @@ void ChangeWatcher::Unwatch(const Inode& dir) {
   wd_by_nodeid_.erase(it);
 }
 
-void ChangeWatcher::InvalidateLater(uint64_t nodeid) {
+void ChangeWatcher::InvalidateLater(uint64_t nodeid, int64_t at_ns) {
   {
     MutexLock lock(mutex_);
-    later_.push_back(nodeid);
+    if (at_ns > 0) {
+      later_at_.emplace(at_ns, nodeid);
+    } else {
+      later_.push_back(nodeid);
+    }
   }
   const uint64_t one = 1;
   ssize_t ignored = ::write(later_fd_.get(), &one, sizeof(one));
@@ -101,8 +105,14 @@ void ChangeWatcher::Run() {
   struct pollfd fds[3] = {{inotify_fd_.get(), POLLIN, 0},
                           {wake_fd_.get(), POLLIN, 0},
                           {later_fd_.get(), POLLIN, 0}};
+  int64_t next_due_ns = 0;  // the next deferred drop, wall clock; 0: none
   while (true) {
-    if (::poll(fds, 3, -1) < 0) {
+    int timeout_ms = -1;
+    if (next_due_ns > 0) {
+      const int64_t wait_ns = std::max<int64_t>(0, next_due_ns - cache::WallClockNs());
+      timeout_ms = static_cast<int>(std::min<int64_t>(wait_ns / 1'000'000 + 1, 1000));
+    }
+    if (::poll(fds, 3, timeout_ms) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("change watcher stopped: poll: {}", strerror(errno));
       return;
@@ -111,21 +121,9 @@ void ChangeWatcher::Run() {
     if (fds[2].revents) {
       uint64_t count;
       ssize_t ignored = ::read(later_fd_.get(), &count, sizeof(count));
-      (void)ignored;  // the queue below is what counts
-      std::vector<uint64_t> nodes;
-      {
-        MutexLock lock(mutex_);
-        nodes.swap(later_);
-      }
-      std::sort(nodes.begin(), nodes.end());
-      nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-      for (uint64_t nodeid : nodes) {
-        spdlog::debug("dropping the kernel's cache of node {}: changed without an inotify event",
-                      nodeid);
-        identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
-        invalidator_.InvalidateInode(nodeid);
-      }
+      (void)ignored;  // the queues are what count
     }
+    next_due_ns = DropDueNodes();
     if (!(fds[0].revents & POLLIN)) continue;
     const ssize_t n = ::read(inotify_fd_.get(), buf, sizeof(buf));
     if (n <= 0) continue;
@@ -142,6 +140,29 @@ void ChangeWatcher::Run() {
       Handle(ev->wd, ev->mask, ev->name);
     }
   }
+}
+
+int64_t ChangeWatcher::DropDueNodes() {
+  std::vector<uint64_t> nodes;
+  int64_t next_due_ns = 0;
+  {
+    MutexLock lock(mutex_);
+    nodes.swap(later_);
+    const int64_t now = cache::WallClockNs();
+    auto due_end = later_at_.upper_bound(now);
+    for (auto it = later_at_.begin(); it != due_end; ++it) nodes.push_back(it->second);
+    later_at_.erase(later_at_.begin(), due_end);
+    if (!later_at_.empty()) next_due_ns = later_at_.begin()->first;
+  }
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  for (uint64_t nodeid : nodes) {
+    spdlog::debug("dropping the kernel's cache of node {}, as an identity check asked",
+                  nodeid);
+    identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+    invalidator_.InvalidateInode(nodeid);
+  }
+  return next_due_ns;
 }
 
 void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {

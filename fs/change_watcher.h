@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,8 +53,9 @@ class ChangeWatcher {
   // Drops the kernel's attributes and pages of `nodeid` from the watcher's thread: for a
   // change found by an identity check inside a request (which must not notify the
   // kernel itself), one inotify cannot report (a hard link outside the source, a
-  // shared mapping).
-  void InvalidateLater(uint64_t nodeid);
+  // shared mapping). With `at_ns` (wall clock), not before then: once the racily clean
+  // window of a recent identity has passed (InodeTable::CacheMatch::kRecent).
+  void InvalidateLater(uint64_t nodeid, int64_t at_ns = 0);
   uint64_t identity_invalidations() const {
     return identity_invalidations_.load(std::memory_order_relaxed);
   }
@@ -82,6 +84,10 @@ class ChangeWatcher {
   std::unordered_map<int, uint64_t> nodeid_by_wd_ GUARDED_BY(mutex_);
   std::unordered_map<uint64_t, int> wd_by_nodeid_ GUARDED_BY(mutex_);
   std::vector<uint64_t> later_ GUARDED_BY(mutex_);
+  std::multimap<int64_t, uint64_t> later_at_ GUARDED_BY(mutex_);  // wall clock -> node
+  // Drops the nodes queued by InvalidateLater that are due; returns the wall clock time
+  // the next one is due, or 0.
+  int64_t DropDueNodes();
   std::atomic<uint64_t> identity_invalidations_{0};
   std::atomic<uint64_t> events_{0};
   std::atomic<uint64_t> watch_failures_{0};

@@ -129,9 +129,13 @@ bool InodeTable::Overlapped(const Inode& inode, Observation seen) const {
          inode.changes_made.load() != seen.changes_made;
 }
 
+int64_t InodeTable::RacilyCleanUntil(const cache::SourceIdentity& id) {
+  return id.ctime_ns + cache::kRacilyCleanNs + 1'000'000;
+}
+
 InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
                                                      const cache::SourceIdentity& id,
-                                                     Observation seen) {
+                                                     Observation seen, bool can_defer) {
   const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return CacheMatch::kSame;
@@ -140,9 +144,18 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
     inode.kernel_cache_id_at_ns = now;
     inode.kernel_cache_id_written = false;
   };
+  // A recent identity may hide a second change within its timestamp tick. One drop of
+  // the pages once that window has passed covers every page read until then; the
+  // identity counts as settled from that drop on, so the observations in between drop
+  // nothing (each drop is a refetch, and a refetch is another observation).
+  auto defer = [&] {
+    inode.kernel_cache_id_at_ns = RacilyCleanUntil(id);
+    return CacheMatch::kRecent;
+  };
+  const bool recent = now <= id.ctime_ns + cache::kRacilyCleanNs;
   if (!inode.kernel_cache_id) {
     record();
-    return CacheMatch::kUnknown;
+    return can_defer && recent ? defer() : CacheMatch::kUnknown;
   }
   if (id.ctime_ns < inode.kernel_cache_id->ctime_ns) {
     // Taken before the identity already recorded: old news, not a change.
@@ -153,6 +166,7 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
     // measured against) and whether the mount made it.
     const bool settled = id.ctime_ns + cache::kRacilyCleanNs < inode.kernel_cache_id_at_ns;
     if (settled || inode.kernel_cache_id_written) return CacheMatch::kSame;
+    if (can_defer && recent) return defer();
     inode.kernel_cache_id_at_ns = now;  // recent and not ours: it settles from now on
     return CacheMatch::kChanged;
   }

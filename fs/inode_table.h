@@ -126,7 +126,10 @@ class InodeTable {
 
   // Compares `id`, observed as `seen`, with the identity the kernel's cached pages of
   // `inode` were read with, and records `id` as the new one.
-  enum class CacheMatch { kSame, kChanged, kUnknown };
+  // kRecent (only with `can_defer`): the identity recorded, or met again, is recent and
+  // not the mount's; the caller drops the kernel's pages once, at RacilyCleanUntil(id),
+  // and until then the identity counts as the same.
+  enum class CacheMatch { kSame, kChanged, kUnknown, kRecent };
   // An observation that overlapped a change by the mount counts as kSame and records
   // nothing. An equal identity counts only if the file had not changed shortly before
   // it was recorded (git's "racily clean" rule): a change in the same tick of a coarse
@@ -136,7 +139,10 @@ class InodeTable {
   // recent: the kernel's pages hold that change. (What that trust misses: a writer
   // underneath changing the same file within the same timestamp tick without changing
   // its size.)
-  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id, Observation seen);
+  CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id, Observation seen,
+                               bool can_defer = false);
+  // When the racily clean window of `id` has passed, wall clock.
+  static int64_t RacilyCleanUntil(const cache::SourceIdentity& id);
   // Whether the kernel's pages of `inode` are those of the file as `id` (observed as
   // `seen`) says: the change was made through the mount, overlapped one, or is the
   // settled identity already recorded (the same racily clean rule as above). Dropping the

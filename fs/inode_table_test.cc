@@ -140,6 +140,34 @@ TEST(InodeTable, ANodeMadeAgainTrustsTheMountsOwnRecentChange) {
             InodeTable::CacheMatch::kChanged);
 }
 
+// With a watcher to drop pages later, a recent identity is dropped once, when its window
+// has passed, instead of at every observation inside it (each drop is a refetch, and each
+// refetch another observation). Without one (an open), every observation drops.
+TEST(InodeTable, ARecentIdentityIsDroppedOnceWhenItsWindowHasPassed) {
+  InodeTable table = MakeTable();
+  auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());
+  const auto recent = RecentIdentity(3);
+  auto swap = [&](Inode& node, const cache::SourceIdentity& id, bool can_defer) {
+    return table.SwapKernelCacheId(node, id, InodeTable::Observe(node), can_defer);
+  };
+  EXPECT_EQ(swap(*f, recent, true), InodeTable::CacheMatch::kRecent);
+  EXPECT_EQ(swap(*f, recent, true), InodeTable::CacheMatch::kSame);
+  EXPECT_TRUE(table.KernelCacheFollows(*f, recent, InodeTable::Observe(*f)));
+  EXPECT_GT(InodeTable::RacilyCleanUntil(recent), recent.ctime_ns + cache::kRacilyCleanNs);
+  // Changed again: dropped now, then once more after the new window.
+  auto again = RecentIdentity(4);
+  EXPECT_EQ(swap(*f, again, true), InodeTable::CacheMatch::kChanged);
+  EXPECT_EQ(swap(*f, again, true), InodeTable::CacheMatch::kRecent);
+  EXPECT_EQ(swap(*f, again, true), InodeTable::CacheMatch::kSame);
+
+  auto g = table.Remember(table.root(), "g", FakeStat(1, 71, S_IFREG), UniqueFd());
+  auto other = RecentIdentity(5);
+  other.ino = 71;
+  EXPECT_EQ(swap(*g, other, false), InodeTable::CacheMatch::kUnknown);
+  EXPECT_EQ(swap(*g, other, false), InodeTable::CacheMatch::kChanged);
+  EXPECT_EQ(swap(*g, other, false), InodeTable::CacheMatch::kChanged);
+}
+
 TEST(InodeTable, IdentityAMountChangeLeftIsTrustedAtOnce) {
   InodeTable table = MakeTable();
   auto f = table.Remember(table.root(), "f", FakeStat(1, 70, S_IFREG), UniqueFd());

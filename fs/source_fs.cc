@@ -618,12 +618,18 @@ Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
 
 void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
                                 InodeTable::Observation seen) {
-  if (inodes_.SwapKernelCacheId(inode, id, seen) != InodeTable::CacheMatch::kChanged) return;
+  ChangeWatcher* watcher = watcher_.load();
+  const auto match = inodes_.SwapKernelCacheId(inode, id, seen, /*can_defer=*/watcher != nullptr);
+  if (match == InodeTable::CacheMatch::kRecent) {
+    watcher->InvalidateLater(inode.nodeid, InodeTable::RacilyCleanUntil(id));
+    return;
+  }
+  if (match != InodeTable::CacheMatch::kChanged) return;
   // Changed, and not by the mount: a change inotify did not report (a hard link outside
   // the source, a shared mapping). The kernel may hold pages of the old file.
   spdlog::debug("node {} (source inode {}) changed without the mount: size now {}", inode.nodeid,
                 inode.ino, id.size);
-  if (ChangeWatcher* watcher = watcher_.load()) watcher->InvalidateLater(inode.nodeid);
+  if (watcher) watcher->InvalidateLater(inode.nodeid);
 }
 
 Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {
