@@ -127,6 +127,12 @@ void ChangeWatcher::Run() {
     if (!(fds[0].revents & POLLIN)) continue;
     const ssize_t n = ::read(inotify_fd_.get(), buf, sizeof(buf));
     if (n <= 0) continue;
+    // One write underneath raises several events for its name (modify, close-write, and
+    // more for a rename). Handling looks at the name as it is now, so each name in a batch
+    // is handled once with its events' masks together: under load the watcher keeps up
+    // with half the work, and drops each node once, not once per event.
+    std::vector<std::pair<std::pair<int, std::string>, uint32_t>> batch;
+    std::map<std::pair<int, std::string>, size_t> in_batch;
     for (ssize_t off = 0; off < n;) {
       const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
       off += static_cast<ssize_t>(sizeof(struct inotify_event) + ev->len);
@@ -137,8 +143,15 @@ void ChangeWatcher::Run() {
       }
       if (ev->len == 0) continue;  // an event about the directory itself
       events_.fetch_add(1, std::memory_order_relaxed);
-      Handle(ev->wd, ev->mask, ev->name);
+      std::pair<int, std::string> name{ev->wd, ev->name};
+      auto [at, added] = in_batch.emplace(name, batch.size());
+      if (added) {
+        batch.emplace_back(std::move(name), ev->mask);
+      } else {
+        batch[at->second].second |= ev->mask;
+      }
     }
+    for (const auto& [name, mask] : batch) Handle(name.first, mask, name.second);
   }
 }
 
