@@ -75,6 +75,14 @@ TEST(InodeTable, MoveAndKernelCacheIdentity) {
   EXPECT_EQ(swap(id), InodeTable::CacheMatch::kSame) << "older than recorded: a late look";
 }
 
+// Observes `node` as `id` now: what a check or the watcher does.
+InodeTable::CacheMatch SwapNow(InodeTable& table, Inode& node, const cache::SourceIdentity& id) {
+  return table.SwapKernelCacheId(node, id, InodeTable::Observe(node));
+}
+bool FollowsNow(const InodeTable& table, const Inode& node, const cache::SourceIdentity& id) {
+  return table.KernelCacheFollows(node, id, InodeTable::Observe(node));
+}
+
 cache::SourceIdentity RecentIdentity(uint64_t size) {
   const int64_t now = cache::WallClockNs();
   return cache::SourceIdentity{1, 70, size, now, now};
@@ -93,7 +101,7 @@ TEST(InodeTable, RecentChangeNotMadeByTheMountIsDistrustedUntilItSettles) {
   // change within the same timestamp tick.
   EXPECT_EQ(swap(changed), InodeTable::CacheMatch::kChanged);
   // So the watcher, reporting a change of that file, does not take it for old news.
-  EXPECT_FALSE(table.KernelCacheFollows(*f, changed, InodeTable::Observe(*f)));
+  EXPECT_FALSE(FollowsNow(table, *f, changed));
 }
 
 struct ::stat StatOf(const cache::SourceIdentity& id) {
@@ -118,11 +126,9 @@ TEST(InodeTable, ANodeMadeAgainTrustsTheMountsOwnRecentChange) {
   ASSERT_NE(table.Forget(old_id, 1), nullptr);
   auto again = table.Remember(table.root(), "f", StatOf(written), UniqueFd());
   ASSERT_NE(again->nodeid, old_id);
-  EXPECT_TRUE(table.KernelCacheFollows(*again, written, InodeTable::Observe(*again)));
-  EXPECT_EQ(table.SwapKernelCacheId(*again, written, InodeTable::Observe(*again)),
-            InodeTable::CacheMatch::kSame);
-  EXPECT_EQ(table.SwapKernelCacheId(*again, written, InodeTable::Observe(*again)),
-            InodeTable::CacheMatch::kSame);
+  EXPECT_TRUE(FollowsNow(table, *again, written));
+  EXPECT_EQ(SwapNow(table, *again, written), InodeTable::CacheMatch::kSame);
+  EXPECT_EQ(SwapNow(table, *again, written), InodeTable::CacheMatch::kSame);
   // Changed underneath since the mount's change: an identity the mount did not make,
   // distrusted while it is recent.
   auto g = table.Remember(table.root(), "g", FakeStat(1, 71, S_IFREG), UniqueFd());
@@ -133,11 +139,9 @@ TEST(InodeTable, ANodeMadeAgainTrustsTheMountsOwnRecentChange) {
   g.reset();
   ASSERT_NE(table.Forget(g_id, 1), nullptr);
   auto g_again = table.Remember(table.root(), "g", StatOf(then), UniqueFd());
-  EXPECT_FALSE(table.KernelCacheFollows(*g_again, then, InodeTable::Observe(*g_again)));
-  EXPECT_EQ(table.SwapKernelCacheId(*g_again, then, InodeTable::Observe(*g_again)),
-            InodeTable::CacheMatch::kUnknown);
-  EXPECT_EQ(table.SwapKernelCacheId(*g_again, then, InodeTable::Observe(*g_again)),
-            InodeTable::CacheMatch::kChanged);
+  EXPECT_FALSE(FollowsNow(table, *g_again, then));
+  EXPECT_EQ(SwapNow(table, *g_again, then), InodeTable::CacheMatch::kUnknown);
+  EXPECT_EQ(SwapNow(table, *g_again, then), InodeTable::CacheMatch::kChanged);
 }
 
 // With a watcher to drop pages later, a recent identity is dropped once, when its window
@@ -152,7 +156,7 @@ TEST(InodeTable, ARecentIdentityIsDroppedOnceWhenItsWindowHasPassed) {
   };
   EXPECT_EQ(swap(*f, recent, true), InodeTable::CacheMatch::kRecent);
   EXPECT_EQ(swap(*f, recent, true), InodeTable::CacheMatch::kSame);
-  EXPECT_TRUE(table.KernelCacheFollows(*f, recent, InodeTable::Observe(*f)));
+  EXPECT_TRUE(FollowsNow(table, *f, recent));
   EXPECT_GT(InodeTable::RacilyCleanUntil(recent), recent.ctime_ns + cache::kRacilyCleanNs);
   // Changed again: dropped now, then once more after the new window.
   auto again = RecentIdentity(4);
