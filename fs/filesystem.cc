@@ -197,6 +197,13 @@ Result<CreateReply> Filesystem::Create(uint64_t parent, const std::string& name,
   auto created = source_.Create(parent, name, mode, flags, caller);
   if (!created.ok()) return created.status();
   auto& [entry, open] = *created;
+  if (!options_.kernel_asks_to_open) {
+    // "notify" mode: once an OPEN has been answered ENOSYS, the kernel sends no RELEASE
+    // for any file, created ones included (fs/fuse/file.c, fuse_file_put), so a handle
+    // given out here would keep its source fd, and the node's, until unmount. The
+    // created file is served like every other: by node (WriteNode, ReadNode).
+    open.handle.reset();
+  }
   return CreateReply{SourceEntry(entry), std::move(open.handle)};
 }
 

@@ -131,6 +131,28 @@ TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {
   EXPECT_EQ(std::string(data->data, data->size), "hello");
 }
 
+// In notify mode the kernel never sends RELEASE (not even for a file it created), so
+// a create must leave no handle, and so no source fd, behind: the created file is then
+// written and read by node. In open mode RELEASE comes, and the handle is the open's.
+TEST_F(FilesystemTest, NotifyModeCreateLeavesNoHandleAndTheFileIsWrittenByNode) {
+  for (const bool kernel_asks_to_open : {false, true}) {
+    SCOPED_TRACE(kernel_asks_to_open ? "open mode" : "notify mode");
+    auto core = Make(kernel_asks_to_open);
+    const std::string name = kernel_asks_to_open ? "made-open" : "made-notify";
+    auto created = core->Create(kRootNodeId, name, 0644, O_CREAT | O_WRONLY | O_TRUNC, Caller{});
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    EXPECT_EQ(created->handle == nullptr, !kernel_asks_to_open);
+    EXPECT_EQ(source_->handle_fds().open(), kernel_asks_to_open ? 1u : 0u);
+    auto written = core->Write(created->entry.nodeid, created->handle.get(), "fresh", 0,
+                               Caller{});
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+    EXPECT_EQ(*written, 5u);
+    core->Release(std::move(created->handle));
+    EXPECT_EQ(source_->handle_fds().open(), 0u);
+    EXPECT_EQ(testing::ReadFile(dir_ / "src" / name), "fresh");
+  }
+}
+
 TEST_F(FilesystemTest, ControlFilesOpenWithDirectIoAndNoHandle) {
   auto core = Make(true);
   auto stats = core->Open(kStats, O_RDONLY);
