@@ -383,6 +383,29 @@ TEST_P(CacheTest, DegradedTierResumesAfterTheRetryDelay) {
   EXPECT_EQ(tier, Tier::kSsd);
 }
 
+// Compressible chunks fill the write queue (counted uncompressed) while their pack
+// bytes stay far below the sync threshold: the writer must sync for the queue's sake,
+// not leave readers waiting out the sync interval and then dropping their chunks.
+TEST_P(CacheTest, CompressibleFillsNeverWaitForTheSyncInterval) {
+  CacheOptions o = Options();
+  o.ram_budget = 0;
+  o.sync_interval_ms = 60'000;  // a stall would last the whole interval
+  o.ssd_write_queue_bytes = 1 << 20;  // four 256 KiB chunks
+  const std::string zeros(1 << 20, '\0');
+  for (int i = 0; i < 12; ++i) WriteFile(Src("z" + std::to_string(i)), zeros);
+  WaitUntilFilesSettle();
+  auto cache = OpenCache(o);
+  for (int i = 0; i < 12; ++i) {
+    OpenSource src = OpenSourceFile(Src("z" + std::to_string(i)));
+    EXPECT_EQ(ReadWhole(*cache, src), zeros);
+  }
+  ASSERT_TRUE(cache->Flush().ok());
+  const CacheStats s = cache->Stats();
+  EXPECT_EQ(s.ssd.writes_dropped, 0u);
+  EXPECT_EQ(s.ssd.entries, 48u);
+  EXPECT_EQ(s.ssd.compressed_entries, 48u);
+}
+
 TEST_P(CacheTest, RacilyCleanFileIsServedButNotAdmitted) {
   auto cache = OpenCache(Options());
   const std::string content = RandomBytes(30'000, 8);

@@ -255,7 +255,11 @@ class SsdTier {
   std::unique_ptr<PackWriter> active_;
   uint32_t next_pack_id_ = 1;
   std::vector<Unsynced> unsynced_;
-  uint64_t unsynced_bytes_ = 0;
+  uint64_t unsynced_bytes_ = 0;  // pack bytes written since the last sync (compressed)
+  // Queue memory those entries still hold (pending_bytes_ counts it, uncompressed, until
+  // their sync indexes them): compressible chunks fill the queue long before their
+  // pack bytes reach sync_every_bytes.
+  uint64_t unsynced_footprint_ = 0;
   std::chrono::steady_clock::time_point first_unsynced_at_;
   uint64_t bytes_since_space_check_ = 0;
 
