@@ -8,7 +8,7 @@ RamTier::RamTier(uint64_t budget_bytes, std::unique_ptr<EvictionPolicy> policy)
     : budget_(budget_bytes), policy_(std::move(policy)) {}
 
 void RamTier::EraseLocked(Map::iterator it, std::vector<ChunkBytes>* released) {
-  bytes_ -= it->second.bytes.footprint();
+  bytes_ -= Charge(it->second.bytes);
   policy_->OnErase(it->first);
   released->push_back(std::move(it->second.bytes));
   entries_.erase(it);
@@ -29,7 +29,7 @@ std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdent
 }
 
 bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
-  const uint64_t need = bytes.footprint();
+  const uint64_t need = Charge(bytes);
   if (need > budget_ || bytes.owner == nullptr) return false;
   std::vector<ChunkBytes> released;  // freed after the lock is dropped
   MutexLock lock(mu_);
@@ -51,7 +51,7 @@ bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes b
 }
 
 bool RamTier::InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
-  const uint64_t need = bytes.footprint();
+  const uint64_t need = Charge(bytes);
   if (bytes.owner == nullptr) return false;
   MutexLock lock(mu_);
   if (bytes_ + need > budget_ || entries_.count(key) != 0) return false;
@@ -68,7 +68,7 @@ bool RamTier::Contains(const ChunkKey& key) const {
 
 bool RamTier::HasRoomFor(uint64_t bytes) const {
   MutexLock lock(mu_);
-  return bytes_ + bytes <= budget_;
+  return bytes_ + bytes + kEntryOverheadBytes <= budget_;
 }
 
 void RamTier::EraseFile(uint64_t dev, uint64_t ino) {

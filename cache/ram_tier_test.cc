@@ -31,7 +31,7 @@ TEST(RamTierTest, BudgetIsNeverExceeded) {
 
 TEST(RamTierTest, LruEvictsLeastRecentlyUsed) {
   ChunkBytes sample = Bytes(1000);
-  RamTier tier(3 * sample.footprint(), NewLruPolicy());
+  RamTier tier(3 * RamTier::Charge(sample), NewLruPolicy());
   ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(1000)));
   ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(1000)));
   ASSERT_TRUE(tier.Insert(Key(3), Id(3), Bytes(1000)));
@@ -46,7 +46,7 @@ TEST(RamTierTest, LruEvictsLeastRecentlyUsed) {
 
 TEST(RamTierTest, StaticPolicyAdmitsNothingOnceFull) {
   ChunkBytes sample = Bytes(1000);
-  RamTier tier(3 * sample.footprint(), NewStaticPolicy());
+  RamTier tier(3 * RamTier::Charge(sample), NewStaticPolicy());
   for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(tier.Insert(Key(i), Id(i), Bytes(1000)));
   EXPECT_FALSE(tier.Insert(Key(4), Id(4), Bytes(1000)));
   for (uint64_t i = 1; i <= 3; ++i) EXPECT_TRUE(tier.Lookup(Key(i), Id(i)));
@@ -85,9 +85,20 @@ TEST(RamTierTest, EraseFileDropsEveryChunkOfThatFileOnly) {
   EXPECT_EQ(tier.GetStats().entries, 2u);
 }
 
+// Each entry is charged its bookkeeping too: 10,000 files of 100 bytes do not fit in
+// 1 MB (their bytes alone would).
+TEST(RamTierTest, SmallEntriesAreChargedTheirBookkeeping) {
+  RamTier tier(1'000'000, NewLruPolicy());
+  for (uint64_t i = 0; i < 10'000; ++i) tier.Insert(Key(i), Id(i), Bytes(100));
+  const RamTier::Stats s = tier.GetStats();
+  EXPECT_LE(s.bytes, 1'000'000u);
+  EXPECT_LE(s.entries, 1'000'000u / (100 + RamTier::kEntryOverheadBytes));
+  EXPECT_GT(s.evictions, 0u);
+}
+
 TEST(RamTierTest, InsertIfRoomNeverEvictsOrReplaces) {
   ChunkBytes sample = Bytes(1000);
-  RamTier tier(2 * sample.footprint(), NewLruPolicy());
+  RamTier tier(2 * RamTier::Charge(sample), NewLruPolicy());
   ASSERT_TRUE(tier.InsertIfRoom(Key(1), Id(1), Bytes(1000, 'a')));
   EXPECT_FALSE(tier.InsertIfRoom(Key(1), Id(1), Bytes(1000, 'b')));
   ASSERT_TRUE(tier.InsertIfRoom(Key(2), Id(2), Bytes(1000)));

@@ -619,7 +619,7 @@ void SsdTier::Invalidate(uint64_t dev, uint64_t ino) {
     std::erase_if(pending_, [&](const auto& entry) {
       queue_mu_.AssertHeld();  // erase_if calls back synchronously, under our lock
       if (entry.first.dev != dev || entry.first.ino != ino) return false;
-      pending_bytes_ -= entry.second.bytes.footprint();
+      pending_bytes_ -= QueuedBytes(entry.second.bytes);
       return true;
     });
   }
@@ -644,7 +644,7 @@ bool SsdTier::Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes 
   }
   {
     MutexLock lock(queue_mu_);
-    const uint64_t footprint = bytes.footprint();
+    const uint64_t footprint = QueuedBytes(bytes);
     // A full queue means the source is outrunning the cache disk: wait for the writer
     // (the fill then goes at the disk's pace) rather than drop what was just read and
     // read it from the source again next epoch. Only a writer stuck that long drops.
@@ -662,7 +662,7 @@ bool SsdTier::Enqueue(const ChunkKey& key, const SourceIdentity& id, ChunkBytes 
     }
     const uint64_t seq = next_seq_++;
     auto [it, inserted] = pending_.try_emplace(key);
-    if (!inserted) pending_bytes_ -= it->second.bytes.footprint();
+    if (!inserted) pending_bytes_ -= QueuedBytes(it->second.bytes);
     it->second = Pending{id, bytes, seq};
     pending_bytes_ += footprint;
     queue_.push_back(Item{key, id, std::move(bytes), seq});
@@ -801,7 +801,7 @@ void SsdTier::DropItem(const Item& item) {
   MutexLock lock(queue_mu_);
   auto it = pending_.find(item.key);
   if (it != pending_.end() && it->second.seq == item.seq) {
-    pending_bytes_ -= it->second.bytes.footprint();
+    pending_bytes_ -= QueuedBytes(it->second.bytes);
     pending_.erase(it);
   }
   space_cv_.notify_all();
@@ -854,7 +854,7 @@ void SsdTier::WriteItem(Item item) {
   if (unsynced_.empty()) first_unsynced_at_ = Clock::now();
   unsynced_.push_back(Unsynced{item.key, RecordFor(active_->id(), *offset, header), item.seq});
   unsynced_bytes_ += entry_len;
-  unsynced_footprint_ += item.bytes.footprint();
+  unsynced_footprint_ += QueuedBytes(item.bytes);
   bytes_since_space_check_ += entry_len;
   ++writes_;
   write_bytes_ += entry_len;
@@ -977,7 +977,7 @@ void SsdTier::SyncAndIndex() {
     for (size_t i = 0; i < batch_entries.size(); ++i) {
       auto it = pending_.find(batch_entries[i].key);
       if (it != pending_.end() && it->second.seq == batch_entries[i].seq) {
-        pending_bytes_ -= it->second.bytes.footprint();
+        pending_bytes_ -= QueuedBytes(it->second.bytes);
         pending_.erase(it);
       }
     }

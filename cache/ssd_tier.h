@@ -251,6 +251,10 @@ class SsdTier {
   uint64_t flush_done_ GUARDED_BY(queue_mu_) = 0;
   bool stop_ GUARDED_BY(queue_mu_) = false;
 
+  // What a queued chunk holds in memory: its bytes, its pending_ node and queue_ item.
+  // The queue's budget counts this, so that a queue of small files stays within it.
+  static uint64_t QueuedBytes(const ChunkBytes& bytes) { return bytes.footprint() + 192; }
+
   // Writer thread only.
   std::unique_ptr<PackWriter> active_;
   uint32_t next_pack_id_ = 1;

@@ -92,7 +92,13 @@ MemoryPlan PlanMemory(uint64_t ram) {
   MemoryPlan plan;
   plan.write_queue = std::clamp<uint64_t>(ram / 8, 4ull << 20, 64ull << 20);
   plan.stream_buffers = std::clamp<uint64_t>(ram / 16, 1ull << 20, 16ull << 20);
-  const uint64_t fixed = plan.write_queue + plan.stream_buffers + kIndexMemoryBytes;
+  // Per-file bookkeeping grows with the data set, not with the bytes cached: 300,000
+  // small files cost the prefetcher more than a 64M RAM tier holds. It gets its own
+  // share, and what does not fit is served untracked.
+  plan.file_table = ram / 8;
+  plan.plan = ram / 16;
+  const uint64_t fixed = plan.write_queue + plan.stream_buffers + kIndexMemoryBytes +
+                         plan.file_table + plan.plan;
   plan.ram_tier = ram > fixed ? ram - fixed : 0;
   return plan;
 }
@@ -267,9 +273,10 @@ Status Daemon::Start() {
   RaiseFdLimit();
 
   memory_ = PlanMemory(options.ram_budget);
-  spdlog::info("--ram {} MiB: RAM tier {} MiB, SSD write queue {} MiB, index {} MiB",
+  spdlog::info("--ram {} MiB: RAM tier {} MiB, SSD write queue {} MiB, index {} MiB, file "
+               "table {} MiB, plan {} MiB",
                options.ram_budget >> 20, memory_.ram_tier >> 20, memory_.write_queue >> 20,
-               kIndexMemoryBytes >> 20);
+               kIndexMemoryBytes >> 20, memory_.file_table >> 20, memory_.plan >> 20);
   // Chunk buffers come and go by the thousand per second. Above 128 KiB malloc maps
   // each one and gives it back when freed; setting the threshold also stops glibc from
   // raising it after the first large free, which would put multi-hundred-KiB buffers in
@@ -312,9 +319,12 @@ Status Daemon::Start() {
   if (options.prefetch_threads == 0) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = memory_.ram_tier;
+  prefetch_options.file_table_bytes = memory_.file_table;
   prefetch_options.chunk_size = options.chunk_size;
   prefetcher_ = prefetch::Prefetcher::Create(std::move(prefetch_options), *source_tree_,
                                              cache_.get(), ram_policy_);
+
+  memory_trimmer_ = std::make_unique<MemoryTrimmer>(std::chrono::seconds(2), 8ull << 20);
 
   SourceFsOptions fs_options;
   fs_options.read_only = options.read_only;
@@ -322,7 +332,8 @@ Status Daemon::Start() {
   auto fs = SourceFs::Create(std::move(root_fd_), fs_options, *cache_, prefetcher_.get());
   if (!fs.ok()) return fs.status();
   fs_ = std::move(*fs);
-  plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get());
+  plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get(),
+                                          prefetch::PlanParserOptions{.max_bytes = memory_.plan});
   WarmRecordedMetadata(*prefetcher_, options.ram_budget, *fs_);
 
   control_ = std::make_unique<ControlDir>(

@@ -26,6 +26,7 @@
 #include "base/unique_fd.h"
 #include "cache/cache.h"
 #include "cache/eviction.h"
+#include "daemon/memory_trimmer.h"
 #include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/service_notify.h"
@@ -83,6 +84,8 @@ struct MemoryPlan {
   uint64_t ram_tier = 0;
   uint64_t write_queue = 0;
   uint64_t stream_buffers = 0;
+  uint64_t file_table = 0;  // the prefetcher's per-file tables (PrefetcherOptions)
+  uint64_t plan = 0;        // a published plan (PlanParserOptions::max_bytes)
 };
 
 class Daemon {
@@ -123,6 +126,7 @@ class Daemon {
   std::unique_ptr<fs::RootSourceTree> source_tree_;
   // Its workers stop before the cache flushes.
   std::unique_ptr<prefetch::Prefetcher> prefetcher_;
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;
   std::unique_ptr<fs::SourceFs> fs_;
   std::unique_ptr<fs::PlanFile> plan_file_;
   fs::FuseContext ctx_;

@@ -20,7 +20,12 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
     if (!st.ok()) ++refused_;
   }
   if (!st.ok()) {
-    spdlog::warn("plan refused (uid {}): {}; the previous plan stays", uid, st.message());
+    uint64_t held_back = 0;
+    if (refusals_logged_.Allow(&held_back)) {
+      spdlog::warn("plan refused (uid {}): {}; the previous plan stays{}", uid, st.message(),
+                   held_back == 0 ? ""
+                                  : fmt::format(" ({} more refusals not logged)", held_back));
+    }
     return st;  // EACCES for a file the writer may not read, EINVAL for everything else
   }
   if (published && prefetcher_) prefetcher_->Publish(std::move(*published));

@@ -5,7 +5,8 @@
 // resolved beneath the source root and checked against the writer's uid/gid, so a plan
 // can neither name anything outside the source nor reveal whether a file the writer
 // may not read exists beyond "refused". A refused write fails with EINVAL (EACCES for
-// an unreadable file), is logged as a warning with the reason, and leaves the published
+// an unreadable file), is logged as a warning with the reason (a few per minute at
+// most: a user looping on bad plans must not fill the disk), and leaves the published
 // plan as it was. Reading the file returns a one-line summary of the current plan.
 //
 // Thread-safety: thread-safe; writes are serialised (one plan being written at a time
@@ -19,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/log_limit.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "fs/source_fs.h"
@@ -43,6 +45,9 @@ class PlanFile {
   mutable Mutex mu_;
   prefetch::PlanParser parser_ GUARDED_BY(mu_);
   uint64_t refused_ GUARDED_BY(mu_) = 0;
+  // Anyone allowed to write the plan can cause a refusal: 5 lines per minute at most
+  // (all are counted in the summary).
+  LogLimiter refusals_logged_{5, std::chrono::minutes(1)};
 };
 
 }  // namespace epochfs::fs

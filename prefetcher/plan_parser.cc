@@ -30,6 +30,7 @@ Status PlanParser::Fail(Status status) {
   partial_.shrink_to_fit();
   entries_.clear();
   entries_.shrink_to_fit();
+  entry_bytes_ = 0;
   return status;
 }
 
@@ -53,6 +54,12 @@ Status PlanParser::Line(std::string_view line, const Resolve& resolve,
       if (entries_.size() >= options_.max_entries) {
         return Fail(Status::InvalidArgument(
             fmt::format("plan has more than {} entries", options_.max_entries)));
+      }
+      entry_bytes_ += kBytesPerPlanEntry + line.size();
+      if (options_.max_bytes != 0 && entry_bytes_ > options_.max_bytes) {
+        return Fail(Status::InvalidArgument(fmt::format(
+            "plan exceeds its memory bound of {} MiB after {} entries (a sixteenth of --ram)",
+            options_.max_bytes >> 20, entries_.size())));
       }
       if (Status st = CheckPath(line, options_.max_line); !st.ok()) {
         return Fail(Status::InvalidArgument(
@@ -86,6 +93,7 @@ Status PlanParser::Write(uint64_t offset, std::string_view data, const Resolve& 
     state_ = State::kHeader;
     partial_.clear();
     entries_.clear();
+    entry_bytes_ = 0;
     next_offset_ = 0;
   } else if (state_ == State::kFailed || state_ == State::kIdle) {
     return Status::InvalidArgument("plan refused earlier: write a new one from offset 0");

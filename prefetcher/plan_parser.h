@@ -35,6 +35,9 @@ namespace epochfs::prefetch {
 struct PlanParserOptions {
   size_t max_entries = 4'000'000;  // ImageNet-1k is 1.28M; see the memory note in architecture.md
   size_t max_line = PATH_MAX;  // bytes of one path, newline excluded
+  // The most memory the plan may take once published (kBytesPerPlanEntry plus the
+  // path, per entry); 0: no bound. The daemon gives it a sixteenth of --ram.
+  uint64_t max_bytes = 0;
 };
 
 class PlanParser {
@@ -61,6 +64,7 @@ class PlanParser {
   uint64_t next_offset_ = 0;
   std::string partial_;
   std::vector<PlannedFile> entries_;
+  uint64_t entry_bytes_ = 0;  // entries_ as counted against max_bytes
 };
 
 }  // namespace epochfs::prefetch

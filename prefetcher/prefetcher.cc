@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "base/log_limit.h"
 #include "base/thread_annotations.h"
 #include "prefetcher/classifier.h"
 #include "prefetcher/epoch_policy.h"
@@ -62,6 +63,9 @@ constexpr size_t kStreamBatch = 64;
 // A worker streams once the RAM policy has room for this many files: a reader freeing
 // one place at a time would otherwise turn streaming into one small read per file.
 constexpr uint32_t kMinStreamBatch = 16;
+
+// A plan entry the full file table did not take (PrefetcherOptions::file_table_bytes).
+constexpr uint32_t kUntracked = UINT32_MAX;
 
 struct Candidate {
   std::string path;
@@ -122,7 +126,9 @@ class PrefetcherImpl final : public Prefetcher {
     return pattern;
   }
   void NewEpochLocked() REQUIRES(mu_);
-  uint32_t CatalogIndexLocked(const FileKey& file, const std::string& path) REQUIRES(mu_);
+  // The file's catalog index, adding it if new and the tables have room (nullopt: full).
+  std::optional<uint32_t> CatalogIndexLocked(const FileKey& file, const std::string& path)
+      REQUIRES(mu_);
   std::optional<Candidate> NextLocked() REQUIRES(mu_);
   std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
                                              size_t cursor) REQUIRES(mu_);
@@ -230,21 +236,54 @@ class PrefetcherImpl final : public Prefetcher {
   uint64_t prefetch_source_reads_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::duration budget_wait_ GUARDED_BY(mu_){};
   uint64_t plan_fingerprint_ GUARDED_BY(mu_) = 0;
+  // Any local user may publish (with --allow-other): a few lines a minute at most.
+  LogLimiter publications_logged_{5, std::chrono::minutes(1)};
+  uint64_t file_table_bytes_ GUARDED_BY(mu_) = 0;  // charged for catalog_
+  uint64_t files_untracked_ GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> workers_;
 };
 
-uint32_t PrefetcherImpl::CatalogIndexLocked(const FileKey& file, const std::string& path) {
-  auto [it, fresh] = catalog_index_.emplace(file, static_cast<uint32_t>(catalog_.size()));
-  if (fresh) {
-    catalog_.emplace_back(file, path);
-  } else if (!path.empty() && catalog_[it->second].second != path) {
-    catalog_[it->second].second = path;  // renamed, or first seen without a path
+std::optional<uint32_t> PrefetcherImpl::CatalogIndexLocked(const FileKey& file,
+                                                           const std::string& path) {
+  if (auto it = catalog_index_.find(file); it != catalog_index_.end()) {
+    std::string& known = catalog_[it->second].second;
+    if (!path.empty() && known != path) {
+      file_table_bytes_ = file_table_bytes_ - known.size() + path.size();
+      known = path;  // renamed, or first seen without a path
+    }
+    return it->second;
   }
-  return it->second;
+  const uint64_t cost = kBytesPerKnownFile + path.size();
+  if (options_.file_table_bytes != 0 && file_table_bytes_ + cost > options_.file_table_bytes) {
+    ++files_untracked_;
+    if (files_untracked_ == 1) {
+      spdlog::warn("prefetch: the file table is full ({} files in {} MiB, an eighth of --ram); "
+                   "files first read from now on are served but not read ahead",
+                   catalog_.size(), options_.file_table_bytes >> 20);
+    }
+    return std::nullopt;
+  }
+  file_table_bytes_ += cost;
+  const auto index = static_cast<uint32_t>(catalog_.size());
+  catalog_index_.emplace(file, index);
+  catalog_.emplace_back(file, path);
+  return index;
 }
 
 void PrefetcherImpl::LoadRecord() {
+  // A record of files the tables could hold is text of about a line of 20-40 bytes plus
+  // the path per file, and an order line per file: well below twice what the tables are
+  // charged. A bigger one was written under a larger --ram, or is damaged (a 3 GB file
+  // took the RSS to 6 GiB at mount): parsing it whole would break the bound.
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(options_.record_path, ec);
+  if (!ec && options_.file_table_bytes != 0 && size > 2 * options_.file_table_bytes + (1u << 20)) {
+    spdlog::warn("prefetch: ignoring {} ({} MiB, more than the file table's {} MiB allows); a "
+                 "restart starts without the last epoch's order",
+                 options_.record_path.string(), size >> 20, options_.file_table_bytes >> 20);
+    return;
+  }
   auto record = LoadEpochRecord(options_.record_path);
   if (!record.ok()) {
     if (record.status().code() != Code::kNotFound) {
@@ -253,10 +292,14 @@ void PrefetcherImpl::LoadRecord() {
     return;
   }
   MutexLock lock(mu_);
-  for (auto& [key, path] : record->files) CatalogIndexLocked(key, path);
+  for (auto& [key, path] : record->files) {
+    if (!CatalogIndexLocked(key, path)) break;  // the rest would not fit either
+  }
+  files_untracked_ = 0;  // a smaller --ram than the record's: no reads went untracked
   order_.clear();
   for (uint32_t i : record->order) {
-    order_.push_back(CatalogIndexLocked(record->files[i].first, record->files[i].second));
+    auto it = catalog_index_.find(record->files[i].first);
+    if (it != catalog_index_.end()) order_.push_back(it->second);
   }
   NewEpochLocked();  // the recorded order becomes the previous epoch
   epoch_ = 0;
@@ -336,9 +379,11 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
                     PatternName(PatternLocked()));
       NewEpochLocked();
     }
+    const std::optional<uint32_t> known = CatalogIndexLocked(file, path);
+    if (!known) return;  // served, but the tables have no room to track it
+    const uint32_t index = *known;
     accessed_.insert(file);
     CountAccessLocked();
-    const uint32_t index = CatalogIndexLocked(file, path);
     order_.push_back(index);
     classifier_.Access(file, catalog_[index].second);
     if (policy_) policy_->MarkRead(file);
@@ -378,14 +423,18 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
     for (size_t i = 0; i < plan_.size(); ++i) {
       keys.push_back(plan_[i].key);
       plan_index_.emplace(plan_[i].key, static_cast<uint32_t>(i));
-      plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path));
+      plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path).value_or(kUntracked));
     }
     if (policy_) policy_->SetPlan(keys);
     plan_fingerprint_ = Fingerprint(plan_, [](const PlannedFile& f) -> const std::string& {
       return f.path;
     });
     ++plans_published_;
-    spdlog::info("prefetch: plan of {} files published (epoch {})", plan_.size(), epoch_);
+    uint64_t held_back = 0;
+    if (publications_logged_.Allow(&held_back)) {
+      spdlog::info("prefetch: plan of {} files published (epoch {}){}", plan_.size(), epoch_,
+                   held_back == 0 ? "" : fmt::format("; {} more not logged", held_back));
+    }
   }
   cv_.notify_all();
 }
@@ -393,9 +442,13 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
 std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uint32_t>& order,
                                                            size_t* next, size_t cursor) {
   // Everything before *next is handled; look no further than the window past the reader.
-  while (*next < order.size() && HandledLocked(catalog_[order[*next]].first)) ++*next;
+  auto handled = [&](size_t i) REQUIRES(mu_) {
+    return order[i] == kUntracked || HandledLocked(catalog_[order[i]].first);
+  };
+  while (*next < order.size() && handled(*next)) ++*next;
   const size_t end = std::min(order.size(), cursor + 1 + WindowLocked());
   for (size_t i = *next; i < end; ++i) {
+    if (order[i] == kUntracked) continue;
     const auto& [key, path] = catalog_[order[i]];
     if (HandledLocked(key) || path.empty()) continue;
     const uint64_t size = i < plan_.size() && &order == &plan_order_ ? plan_[i].size : 0;
@@ -680,6 +733,9 @@ PrefetcherStats PrefetcherImpl::Stats() const {
       std::chrono::duration_cast<std::chrono::milliseconds>(budget_wait_).count());
   s.plans_published = plans_published_;
   s.plan_fingerprint = plan_fingerprint_;
+  s.files_known = catalog_.size();
+  s.file_table_bytes = file_table_bytes_;
+  s.files_untracked = files_untracked_;
   s.plan_entries = plan_.size();
   s.plan_position = plan_cursor_;
   s.readahead_window = WindowLocked();
@@ -770,6 +826,18 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
                     CounterKind::kText}
             .Show({.row = "read plan", .label = "fingerprint"}),
         fmt::format("{:016x}", plan_fingerprint));
+  visit(CounterInfo{"files_known", "Files in the prefetcher's tables.", kGauge}.Show(
+            {.row = "file table", .label = "files"}),
+        files_known);
+  visit(CounterInfo{"file_table_bytes",
+                    "Memory charged to the prefetcher's per-file tables (within --ram).", kGauge}
+            .Show({.row = "file table", .label = "", .unit = Unit::kBytes}),
+        file_table_bytes);
+  visit(CounterInfo{"files_untracked",
+                    "First reads of files the full file table did not take (no readahead).",
+                    kCounter}
+            .Show({.row = "file table", .label = "untracked"}),
+        files_untracked);
 }
 
 }  // namespace epochfs::prefetch

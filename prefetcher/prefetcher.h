@@ -84,6 +84,13 @@ struct PlannedFile {
   uint64_t size = 0;
 };
 
+// What the prefetcher's tables hold per file it knows (the catalog, this and the last
+// epoch's orders and sets, the RAM policy's marks), and per entry of a published plan,
+// on top of the path's own bytes: measured with 300,000 files (docs/operations.md).
+// --ram pays for both (daemon/daemon.cc, PlanMemory).
+inline constexpr uint64_t kBytesPerKnownFile = 512;
+inline constexpr uint64_t kBytesPerPlanEntry = 256;
+
 struct PrefetcherOptions {
   // Readahead first streams what the SSD tier holds of its next files, in pack order
   // (Cache::StreamFromSsd, with identities from SourceTree::Stat), then opens and reads
@@ -107,6 +114,10 @@ struct PrefetcherOptions {
   // CacheOptions::demand_observer: late demand reads are its signal. Not applied
   // while a plan is followed (readahead then reads exactly what is read next).
   std::shared_ptr<SourcePacer> pacer;
+  // The most memory the per-file tables may take (kBytesPerKnownFile plus the path, per
+  // file); 0: no bound. Files first seen beyond it are served but not tracked: no
+  // readahead, no epoch bookkeeping for them (counted in files_untracked, logged once).
+  uint64_t file_table_bytes = 0;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
   // at each epoch boundary, loaded at Create); empty: nothing is kept.
   std::filesystem::path record_path;
@@ -133,6 +144,9 @@ struct PrefetcherStats {
   // XXH3-64 of the current plan's paths, each followed by '\n', in plan order (0: no
   // plan): lets a publisher check that the mount got exactly the order it sent.
   uint64_t plan_fingerprint = 0;
+  uint64_t files_known = 0;      // files in the tables (see PrefetcherOptions::file_table_bytes)
+  uint64_t file_table_bytes = 0;  // what they are charged
+  uint64_t files_untracked = 0;  // first reads of files the full tables did not take
 
   // Names each counter for the stats snapshot (base/counters.h); none is exported to
   // Prometheus.

@@ -142,13 +142,18 @@ TEST_P(PrefetchTest, BadPlansAreRefusedAndThePreviousPlanStays) {
   // A good plan after all that is accepted.
   ASSERT_EQ(WritePlan(mnt_, PlanText({names[1], names[0]})), 0);
   EXPECT_EQ(m->Stats()["plan_entries"], 2);
-  // A large plan (200,000 entries, ~3 MB) is taken in pieces within bounded memory.
+  // A large plan (12,000 entries) is taken in pieces; one larger than its share of
+  // --ram (a sixteenth: 4 MiB of the 64M here, about 15,000 entries) is refused, and
+  // the previous plan stays.
   std::vector<std::string> many;
-  for (int i = 0; i < 200000; ++i) many.push_back(names[i % names.size()]);
+  for (int i = 0; i < 12000; ++i) many.push_back(names[i % names.size()]);
   ASSERT_EQ(WritePlan(mnt_, PlanText(many), 128 * 1024), 0);
+  EXPECT_EQ(m->Stats()["plan_entries"], 12000);
+  for (int i = 12000; i < 200000; ++i) many.push_back(names[i % names.size()]);
+  EXPECT_EQ(WritePlan(mnt_, PlanText(many), 128 * 1024), EINVAL);
   stats = m->Stats();
-  EXPECT_EQ(stats["plan_entries"], 200000);
-  EXPECT_LT(stats["daemon_rss_bytes"].get<uint64_t>(), 512ull << 20);
+  EXPECT_EQ(stats["plan_entries"], 12000);
+  EXPECT_LT(stats["daemon_rss_bytes"].get<uint64_t>(), (64ull + 64) << 20);
 }
 
 TEST_P(PrefetchTest, PlanIsCheckedAgainstTheWritersPermissions) {
@@ -300,12 +305,13 @@ class StreamTest : public PrefetchTest {
 // After a restart the record's pattern starts streaming at mount, before any read; a
 // file changed while the daemon was down is not streamed (stale) and reads its new bytes.
 TEST_P(StreamTest, RestartStreamsFromTheEpochRecordAndNeverAChangedFile) {
-  const auto names = FillAndUnmount(600, {});
+  // 600 x 48 KB fit the RAM tier of --ram 96M (44 MiB), not that of 64M (24 MiB).
+  const auto names = FillAndUnmount(600, {"--ram", "96M"});
   const std::string fresh = RandomBytes(kSize, 999'999);
   WriteFile(src_ / names[7], fresh);
   AgeFile(src_ / names[7], 60);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto m = MountIt();
+  auto m = MountIt({"--ram", "96M"});
   ASSERT_TRUE(m->ok());
   EXPECT_GE(WaitFor(*m, "ssd_streamed", 599), 599u) << m->Stats().dump();
   auto s = m->Stats();

@@ -59,16 +59,21 @@ class ResourcesTest : public MountedDirsTest, public ::testing::WithParamInterfa
     return m;
   }
 
-  // Drops the kernel's caches until it has forgotten every node but the root (up to
-  // 10 s: FORGETs arrive asynchronously), and returns the daemon's fds then.
   FdCount FdsOnceForgotten(const Mount& m, pid_t pid) const {
+    WaitUntilForgotten(m);
+    return CountFds(pid, src_);
+  }
+
+ public:
+  // Drops the kernel's caches until it has forgotten every node but the root (up to
+  // 10 s: FORGETs arrive asynchronously).
+  static void WaitUntilForgotten(const Mount& m) {
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     for (;;) {
       DropKernelCaches();
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (m.Stats()["inodes"].get<uint64_t>() <= 1 || Clock::now() > deadline) break;
     }
-    return CountFds(pid, src_);
   }
 };
 
@@ -168,6 +173,93 @@ TEST_P(ResourcesTest, CompressibleFirstReadsAreWithinTwiceIncompressibleOnes) {
   EXPECT_LE(compressible_s, 2 * incompressible_s + 1.0);
   EXPECT_EQ(ReadFile(mnt_ / "z" / "7"), zeros);
   EXPECT_EQ(m->Stats()["ssd_writes_dropped"].get<uint64_t>(), 0u);
+}
+
+// Writes `text` to the plan file in `piece`-byte writes; returns the first errno (0: ok).
+int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece = 128 * 1024) {
+  const fsys::path plan = mnt / ".epochfs" / "plan";
+  const int fd = ::open(plan.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (size_t off = 0; off < text.size() && err == 0; off += piece) {
+    const size_t n = std::min(piece, text.size() - off);
+    if (::write(fd, text.data() + off, n) != static_cast<ssize_t>(n)) err = errno ? errno : EIO;
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+// What the daemon holds beyond --ram: code, thread stacks, libfuse's buffers, RocksDB's
+// own, allocator slack (docs/operations.md: about 45 MB).
+constexpr uint64_t kFixedOverheadBytes = 48ull << 20;
+
+// 100,000 files of 100 bytes read once with --ram 64M: once the kernel has forgotten
+// them, the daemon's RSS is within --ram and its fixed overhead. (Each RAM entry and
+// each known file cost about 1.1 KB nothing counted: 300,000 such files took the RSS to
+// 362 MiB while the RAM tier reported 28.6 MiB.)
+// (The default mode only: what --ram covers does not depend on it, and 100,000 opens
+// in "open" mode take a minute.)
+TEST_F(MountedDirsTest, ManySmallFilesStayWithinRamOnceTheKernelForgets) {
+  const std::string bytes = RandomBytes(100, 4);
+  for (int d = 0; d < 100; d++) {
+    const fsys::path dir = src_ / ("d" + std::to_string(d));
+    fsys::create_directories(dir);
+    for (int i = 0; i < 1000; i++) WriteFile(dir / std::to_string(i), bytes);
+  }
+  const CommandResult aged = epochfs::testing::Run(
+      {"find", src_.string(), "-exec", "touch", "-h", "-d", "1 hour ago", "{}", "+"});
+  ASSERT_EQ(aged.exit_code, 0) << aged.output;
+  auto m = std::make_unique<Mount>(src_, mnt_, cache_, std::vector<std::string>{"--ram", "64M"});
+  ASSERT_TRUE(m->ok()) << m->output();
+  const CommandResult read = epochfs::testing::Run(
+      {"sh", "-c", "find " + mnt_.string() + " -type f -print0 | xargs -0 cat | wc -c"});
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  EXPECT_EQ(std::stoull(read.output), 100'000u * 100);
+  ResourcesTest::WaitUntilForgotten(*m);
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // the memory trimmer's period, twice
+  const auto stats = m->Stats();
+  EXPECT_LE(stats["ram_bytes"].get<uint64_t>(), stats["ram_tier_budget_bytes"].get<uint64_t>());
+  EXPECT_LE(stats["file_table_bytes"].get<uint64_t>(), 8ull << 20);
+  EXPECT_GT(stats["files_untracked"].get<uint64_t>(), 0u);
+  EXPECT_LE(stats["daemon_rss_bytes"].get<uint64_t>(), (64ull << 20) + kFixedOverheadBytes)
+      << stats.dump();
+  std::cout << "daemon RSS " << (stats["daemon_rss_bytes"].get<uint64_t>() >> 20)
+            << " MiB (peak " << (stats["daemon_peak_rss_bytes"].get<uint64_t>() >> 20)
+            << " MiB while the kernel held the inodes) with --ram 64M, "
+            << stats["ram_entries"] << " RAM entries, " << stats["files_known"]
+            << " files known\n";
+}
+
+// A plan of 4,000,000 entries is refused once it outgrows its share of --ram, without
+// the daemon's memory following it (it took a 506 MB peak under --ram 64M); and a user
+// writing bad plans in a loop leaves a few log lines, not hundreds of MB.
+TEST_P(ResourcesTest, HugePlansAndPlanFloodsStayBounded) {
+  WriteFile(src_ / "f", "x");
+  AgeFile(src_ / "f", 3600);
+  auto m = MountIt({"--ram", "64M"});
+  ASSERT_TRUE(m->ok());
+  std::string huge = "epochfs-plan 1\n";
+  huge.reserve(8'100'000);
+  for (int i = 0; i < 4'000'000; i++) huge += "f\n";
+  huge += "\n";
+  EXPECT_EQ(WritePlan(mnt_, huge), EINVAL);
+  auto stats = m->Stats();
+  EXPECT_EQ(stats["plans_published"].get<uint64_t>(), 0u);
+  EXPECT_LE(stats["daemon_peak_rss_bytes"].get<uint64_t>(), (64ull << 20) + kFixedOverheadBytes)
+      << stats.dump();
+
+  const auto log_lines = [&] {
+    std::ifstream log(cache_ / "epochfs.log");
+    std::string line;
+    int refused = 0;
+    while (std::getline(log, line)) refused += line.find("plan refused") != std::string::npos;
+    return refused;
+  };
+  const int before = log_lines();
+  for (int i = 0; i < 2000; i++) EXPECT_EQ(WritePlan(mnt_, "not a plan\n"), EINVAL);
+  const int logged = log_lines() - before;
+  EXPECT_GE(logged, 1);
+  EXPECT_LE(logged, 10) << "a flood of bad plans must not flood the log";
 }
 
 }  // namespace
