@@ -156,6 +156,12 @@ Status ApplyConfigText(const std::string& text, const std::string& filename, Mou
 
 Status ApplyConfigFile(const std::filesystem::path& path, MountOptions& options,
                        std::set<std::string>* set_keys) {
+  // An ifstream opens a directory and reads nothing from it: an empty config.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument(
+        fmt::format("config file {} is a directory (give the file inside it)", path.string()));
+  }
   std::ifstream in(path);
   if (!in) return Status::FromErrno(errno, fmt::format("config file {}", path.string()));
   std::stringstream text;

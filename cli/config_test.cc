@@ -144,5 +144,27 @@ TEST(Config, MissingFileIsNotFound) {
   EXPECT_NE(st.message().find("/nonexistent/epochfs.conf"), std::string::npos);
 }
 
+// `--config DIR` was read as an empty file: every setting silently the default.
+TEST(Config, DirectoryIsRefused) {
+  MountOptions o;
+  Status st = ApplyConfigFile("/tmp", o, nullptr);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("is a directory"), std::string::npos) << st.message();
+}
+
+// The file and the command line accept the chunk sizes the daemon accepts (the docs
+// and the table said up to 1G, the daemon stops at 64M), and no --ram below 4M.
+TEST(Config, ChunkSizeAndRamRangesMatchTheDaemon) {
+  MountOptions o;
+  EXPECT_TRUE(ApplyConfigText("chunk_size = \"64M\"\n", "c.conf", o, nullptr).ok());
+  EXPECT_EQ(o.chunk_size, 64u << 20);
+  Status st = ApplyConfigText("chunk_size = \"128M\"\n", "c.conf", o, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("64M"), std::string::npos) << st.message();
+  st = ApplyConfigText("ram = 1\n", "c.conf", o, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("4M"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace epochfs::cli

@@ -19,6 +19,7 @@
 #include "daemon/metrics_server.h"
 #include "daemon/mount.h"
 #include "daemon/mount_table.h"
+#include "daemon/stats_socket.h"
 #include "fmt/format.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/spdlog.h"
@@ -111,18 +112,43 @@ bool ProcessGone(pid_t pid) {
 
 }  // namespace
 
+namespace {
+
+// The daemon behind a mount, found without reading through it where possible.
+struct DaemonOfMount {
+  pid_t pid = 0;      // 0: not known
+  bool live = false;  // it answered
+};
+
+DaemonOfMount FindDaemon(const fsys::path& mountpoint, const daemon::MountEntry& mount,
+                         bool may_read_the_mount) {
+  auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount.device), 2.0);
+  if (reply.ok()) return {reply->pid, true};
+  if (reply.status().code() != Code::kNotFound) return {0, true};  // there, but wedged
+  if (!may_read_the_mount) return {};
+  // No socket: the stats file. A dead daemon's mount answers ENOTCONN at once.
+  auto stats = ReadStats(mountpoint);
+  if (!stats.ok()) return {};
+  return {stats->value("pid", 0), true};
+}
+
+}  // namespace
+
 int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
   const fsys::path mountpoint = fsys::absolute(mountpoint_arg).lexically_normal();
-  auto stats = ReadStats(mountpoint);
-  // A mount whose daemon died has no stats ("Transport endpoint is not connected") but
-  // must still be unmountable; there is then no daemon to wait for.
-  if (!stats.ok() && !daemon::IsEpochfsMount(mountpoint)) return Refuse(stats.status().message());
-  const pid_t pid = stats.ok() ? stats->value("pid", 0) : 0;
+  const auto mount = daemon::VisibleMount(mountpoint);
+  if (!mount || mount->fstype != daemon::kFsType) {
+    return Refuse(fmt::format("{} is not an epochfs mount", mountpoint.string()));
+  }
+  // A lazy unmount reads nothing through the mount: it is what one runs when the mount
+  // or its source hangs, and a read would hang with them (in D state, unkillable).
+  const DaemonOfMount daemon = FindDaemon(mountpoint, *mount, !lazy || dead_only);
+  const pid_t pid = daemon.pid;
   // --dead-only (the unit's ExecStopPost): clear a dead daemon's mount, never a live one
   // that another instance or a person made.
-  if (dead_only && stats.ok()) {
-    return Refuse(fmt::format("{} is served by a live daemon (pid {}); not unmounting it",
-                              mountpoint.string(), pid));
+  if (dead_only && daemon.live) {
+    return Refuse(fmt::format("{} is served by a live daemon{}; not unmounting it",
+                              mountpoint.string(), pid > 0 ? fmt::format(" (pid {})", pid) : ""));
   }
   if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) < 0) {
     if (errno == EBUSY) {
@@ -136,12 +162,21 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
     if (std::system(cmd.c_str()) != 0) return Refuse("fusermount3 -u failed");
   }
   // The daemon flushes its cache after the unmount; wait so that a following mount of
-  // the same cache dir finds it complete.
+  // the same cache dir finds it complete. A lazy unmount waits a moment only: the daemon
+  // goes on until nothing uses the mount (open files, requests stuck in the source).
   const auto start = std::chrono::steady_clock::now();
+  const auto patience = lazy ? std::chrono::seconds(1) : std::chrono::seconds(300);
   auto last_note = start;
   while (pid > 0 && !ProcessGone(pid)) {
     const auto now = std::chrono::steady_clock::now();
-    if (now - start > std::chrono::minutes(5)) {
+    if (lazy && now - start > patience) {
+      fmt::print(stderr,
+                 "epochfs: {} is detached; daemon pid {} finishes (and flushes its cache) once "
+                 "nothing uses the mount any more\n",
+                 mountpoint.string(), pid);
+      return 0;
+    }
+    if (now - start > patience) {
       return Refuse(fmt::format("daemon pid {} still running after 5 minutes", pid));
     }
     if (now - last_note > std::chrono::seconds(5)) {

@@ -37,7 +37,9 @@ std::vector<OptionRow> BuildTable() {
        .toml_key = "ram",
        .fstab_keys = {"ram"},
        .type = kSize,
-       .help = "RAM tier budget, e.g. 8G",
+       // Below a few chunks the RAM tier cannot hold what one read needs.
+       .min = 4u << 20,  // as daemon::ResolveAndValidate checks
+       .help = "Memory budget for everything the daemon holds, e.g. 8G (at least 4M)",
        .help_default = "1G",
        .apply = [](const OptionValue& v, MountOptions& o) { o.ram_budget = v.number; }},
       {.flag = "--disk",
@@ -55,13 +57,12 @@ std::vector<OptionRow> BuildTable() {
        .fstab_keys = {"chunk_size"},
        .type = kSize,
        .min = 4096,
-       .max = 1u << 30,
+       .max = 64u << 20,  // as daemon::ResolveAndValidate checks
        .help = "Files up to this size are cached whole; larger ones in chunks of it",
        .help_default = "1M",
-       // The clamp keeps a huge flag value from wrapping the 32-bit field.
        .apply =
            [](const OptionValue& v, MountOptions& o) {
-             o.chunk_size = static_cast<uint32_t>(std::min<uint64_t>(v.number, 1u << 30));
+             o.chunk_size = static_cast<uint32_t>(v.number);
            }},
       {.flag = "--readahead",
        .toml_key = "readahead",

@@ -40,7 +40,7 @@ std::string SampleText(const OptionRow& row) {
     case OptionType::kBool:
       return "";
     case OptionType::kSize:
-      return "2M";
+      return "8M";  // within every size row's range (--ram needs 4M)
     case OptionType::kInteger:
       return std::to_string(row.min + 2);
     case OptionType::kSeconds:

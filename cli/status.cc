@@ -10,6 +10,7 @@
 #include "cli/counter_view.h"
 #include "cli/exit.h"
 #include "daemon/mount_table.h"
+#include "daemon/stats_socket.h"
 #include "fmt/format.h"
 
 namespace epochfs::cli {
@@ -29,18 +30,32 @@ std::string FormatShare(double part, double whole) {
 }
 
 Result<nlohmann::json> ReadStats(const std::filesystem::path& mountpoint) {
-  if (!daemon::IsEpochfsMount(mountpoint)) {
+  const auto mount = daemon::VisibleMount(mountpoint);
+  if (!mount || mount->fstype != daemon::kFsType) {
     return Status::InvalidArgument(fmt::format("{} is not an epochfs mount", mountpoint.string()));
   }
-  std::ifstream in(mountpoint / ".epochfs" / "stats");
-  if (!in) {
-    return Status::IoError(fmt::format("cannot read {}/.epochfs/stats: {}", mountpoint.string(),
-                                       strerror(errno)));
+  std::string text;
+  // The daemon's socket first: it answers while every FUSE worker waits on a hung source.
+  auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount->device), 2.0);
+  if (reply.ok()) {
+    text = std::move(reply->text);
+  } else if (reply.status().code() != Code::kNotFound) {
+    return Status::IoError(fmt::format("the daemon of {} does not answer: {}",
+                                       mountpoint.string(), reply.status().message()));
+  } else {
+    // No socket (a daemon that could not make one, or one that is gone): the mount's
+    // own file, which also tells a dead daemon ("Transport endpoint is not connected").
+    std::ifstream in(mountpoint / ".epochfs" / "stats");
+    if (!in) {
+      return Status::IoError(fmt::format("cannot read {}/.epochfs/stats: {}",
+                                         mountpoint.string(), strerror(errno)));
+    }
+    std::stringstream file;
+    file << in.rdbuf();
+    text = file.str();
   }
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    return nlohmann::json::parse(text.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(fmt::format("bad stats from {}: {}", mountpoint.string(), e.what()));
   }

@@ -413,6 +413,20 @@ Status Daemon::Start() {
   return Status::Ok();
 }
 
+void Daemon::StartStatsSocket() {
+  const auto mount = VisibleMount(options_.mountpoint);
+  if (!mount || mount->fstype != kFsType) return;
+  auto socket = StatsSocket::Start(StatsSocketPath(mount->device), options_.allow_other, [this] {
+    return StatsJson(options_, ctx_, *fs_, watcher_.get(), started_);
+  });
+  if (socket.ok()) {
+    stats_socket_ = std::move(*socket);
+  } else {
+    spdlog::info("no stats socket ({}): `epochfs status` reads {}/.epochfs/stats instead",
+                 socket.status().ToString(), options_.mountpoint.string());
+  }
+}
+
 int Daemon::Run(const std::function<void(const Status&)>& ready) {
   const MountOptions& options = options_;
   auto fail = [&](const Status& st) {
@@ -446,6 +460,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
       return;
     }
     if (options.readahead > 0) SetReadahead(options.mountpoint, options.readahead);
+    StartStatsSocket();
     ready(Status::Ok());
     // ---- systemd: READY=1 only now that the mount answers (daemon/service_notify.h). ----
     NotifyReady(fmt::format("Serving {} on {}", options.source.string(),

@@ -30,6 +30,7 @@
 #include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/service_notify.h"
+#include "daemon/stats_socket.h"
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
@@ -107,6 +108,8 @@ class Daemon {
   explicit Daemon(const MountOptions& options);
   // Builds the members in declaration order; Create's body.
   Status Start();
+  // Once mounted: the stats socket, named by the mount's device number.
+  void StartStatsSocket();
 
   MountOptions options_;  // as resolved here (disk budget, consistency)
   const std::chrono::steady_clock::time_point started_;
@@ -147,6 +150,9 @@ class Daemon {
   // take a while).
   ShutdownStep notify_stopping_;
   std::unique_ptr<StatusReporter> status_reporter_;  // set once the mount answers
+  // `epochfs status` and `umount` without the mount (daemon/stats_socket.h); set once
+  // the mount answers, gone first on the way down.
+  std::unique_ptr<StatsSocket> stats_socket_;
 };
 
 }  // namespace epochfs::daemon

@@ -9,7 +9,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -65,7 +68,7 @@ Result<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     if (::bind(e->listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) < 0) {
       return Status::FromErrno(errno, fmt::format("metrics endpoint {}", options.listen));
     }
-    if (::listen(e->listen_fd_.get(), 16) < 0) {
+    if (::listen(e->listen_fd_.get(), 128) < 0) {
       return Status::FromErrno(errno, fmt::format("metrics endpoint {}", options.listen));
     }
     socklen_t len = sizeof(sa);
@@ -102,35 +105,101 @@ MetricsExporter::~MetricsExporter() {
   if (!options_.textfile.empty()) ::unlink(options_.textfile.c_str());
 }
 
+// One client of the endpoint: what it sent so far, and what is left to send it.
+struct MetricsExporter::Client {
+  UniqueFd fd;
+  std::chrono::steady_clock::time_point deadline;
+  std::string request;
+  std::string response;
+  size_t sent = 0;
+};
+
+namespace {
+
+constexpr size_t kMaxClients = 256;
+constexpr size_t kMaxRequestBytes = 8192;
+constexpr auto kClientTime = std::chrono::seconds(2);
+
+bool RequestComplete(const std::string& r) {
+  return r.find("\r\n\r\n") != std::string::npos || r.find("\n\n") != std::string::npos ||
+         r.size() >= kMaxRequestBytes;
+}
+
+}  // namespace
+
 void MetricsExporter::Serve() {
+  std::vector<Client> clients;
   while (true) {
-    struct pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    std::vector<struct pollfd> fds = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    // With every slot taken, the listener waits: the backlog holds new clients until an
+    // idle one times out (each has kClientTime in all).
+    if (clients.size() >= kMaxClients) fds[0].events = 0;
+    auto now = std::chrono::steady_clock::now();
+    auto next_deadline = now + std::chrono::hours(1);
+    for (const Client& c : clients) {
+      fds.push_back({c.fd.get(), static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      next_deadline = std::min(next_deadline, c.deadline);
+    }
+    const int timeout_ms = static_cast<int>(
+        std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now).count());
+    if (::poll(fds.data(), fds.size(), std::max(timeout_ms, 0)) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("metrics endpoint stopped: poll: {}", strerror(errno));
       return;
     }
     if (fds[1].revents) return;
-    UniqueFd client(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!client) continue;  // EAGAIN, ECONNABORTED: the next poll tells
-    ServeOne(client.get());
+    now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < clients.size(); i++) {
+      if (fds[i + 2].revents != 0) Advance(clients[i]);
+    }
+    // A client still silent at its deadline gets one try at an answer to what it sent
+    // (as a blocking server's read timeout would give it), then goes.
+    for (Client& c : clients) {
+      if (now > c.deadline && c.fd && c.response.empty()) {
+        c.response = Respond(c.request);
+        Advance(c);
+      }
+    }
+    // Done, failed, or out of time: a slow or idle client costs one slot for
+    // kClientTime, never the others' scrapes.
+    std::erase_if(clients, [&](const Client& c) {
+      return !c.fd || (!c.response.empty() && c.sent == c.response.size()) || now > c.deadline;
+    });
+    if (fds[0].revents & POLLIN) {
+      while (clients.size() < kMaxClients) {
+        UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!fd) break;  // EAGAIN: no more waiting; ECONNABORTED: the next poll tells
+        clients.push_back(Client{std::move(fd), now + kClientTime, {}, {}, 0});
+      }
+    }
   }
 }
 
-void MetricsExporter::ServeOne(int fd) {
-  struct timeval timeout {
-    1, 0
-  };
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  std::string request;
-  char buf[1024];
-  while (request.find("\r\n\r\n") == std::string::npos &&
-         request.find("\n\n") == std::string::npos && request.size() < 8192) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;  // closed, timed out or failed: answer what we have
-    request.append(buf, static_cast<size_t>(n));
+// Reads what the client sent, or sends what is left; answers once the request is whole.
+// A closed or failed socket is reset, and the client dropped by the caller.
+void MetricsExporter::Advance(Client& c) {
+  if (c.response.empty()) {
+    char buf[1024];
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n > 0) c.request.append(buf, static_cast<size_t>(n));
+    // A client that closed its side before the blank line gets an answer to what it sent.
+    if (n > 0 && !RequestComplete(c.request)) return;
+    c.response = Respond(c.request);
   }
+  while (c.sent < c.response.size()) {
+    const ssize_t n =
+        ::send(c.fd.get(), c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EAGAIN) return;  // the next POLLOUT goes on
+    if (n <= 0) {
+      c.fd.reset();
+      return;
+    }
+    c.sent += static_cast<size_t>(n);
+  }
+}
+
+std::string MetricsExporter::Respond(const std::string& request) const {
   const std::string line = request.substr(0, request.find_first_of("\r\n"));
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
   if (line.rfind("GET /metrics ", 0) == 0 || line == "GET /metrics") {
@@ -151,15 +220,9 @@ void MetricsExporter::ServeOne(int fd) {
     type = "text/plain";
     body = "GET /metrics\n";
   }
-  const std::string response = fmt::format(
+  return fmt::format(
       "HTTP/1.0 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
       status, type, body.size(), body);
-  size_t sent = 0;
-  while (sent < response.size()) {
-    const ssize_t n = ::send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;  // the client went away or stalled past the timeout
-    sent += static_cast<size_t>(n);
-  }
 }
 
 Status MetricsExporter::WriteTextfile() {

@@ -1,9 +1,10 @@
 // Exporting metrics (daemon/metrics.h) while a mount runs: an HTTP endpoint for Prometheus
 // (`--metrics-listen HOST:PORT`) and a node-exporter textfile (`--metrics-textfile`).
 //
-// The endpoint is deliberately tiny: one thread, one connection at a time, HTTP/1.0,
-// `GET /metrics` only (404 otherwise), requests bounded to 8 KiB and 1 s of socket
-// time, so a slow or hostile client costs at most a second and never a FUSE worker.
+// The endpoint is deliberately tiny: one thread polling up to 256 connections at once,
+// HTTP/1.0, `GET /metrics` only (404 otherwise), requests bounded to 8 KiB and each
+// connection to 2 s in all, so idle or hostile clients cost a slot for 2 s, never a
+// scrape (100 idle connections used to time out 1 scrape in 5) or a FUSE worker.
 // It binds loopback unless the operator allows another host: the counters are not
 // secret, but the endpoint should not be reachable from the network by accident.
 // The textfile is rewritten every 10 s as FILE.tmp + rename, so node-exporter never
@@ -62,8 +63,10 @@ class MetricsExporter {
 
  private:
   MetricsExporter() = default;
+  struct Client;
   void Serve();
-  void ServeOne(int client_fd);
+  void Advance(Client& client);
+  std::string Respond(const std::string& request) const;
   void WriteTextfileLoop();
   Status WriteTextfile();
 

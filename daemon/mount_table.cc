@@ -48,16 +48,34 @@ std::vector<MountEntry> EpochfsMounts() {
   return result;
 }
 
-bool IsEpochfsMount(const std::filesystem::path& mountpoint) {
+namespace {
+
+std::optional<MountEntry> LastMountedAt(const std::vector<MountEntry>& table,
+                                        const std::string& path) {
+  std::optional<MountEntry> visible;
+  for (const auto& m : table) {
+    if (m.mountpoint == path) visible = m;
+  }
+  return visible;
+}
+
+}  // namespace
+
+std::optional<MountEntry> VisibleMount(const std::filesystem::path& mountpoint) {
+  const auto table = ReadMountTable();
+  const std::filesystem::path as_given = std::filesystem::absolute(mountpoint).lexically_normal();
+  std::string lexical = as_given.string();
+  if (lexical.size() > 1 && lexical.back() == '/') lexical.pop_back();
+  if (auto found = LastMountedAt(table, lexical)) return found;
   std::error_code ec;
   auto canonical = std::filesystem::weakly_canonical(mountpoint, ec);
-  const std::string want = ec ? mountpoint.string() : canonical.string();
-  // The last mount on a path is the one that is visible there.
-  std::string visible_type;
-  for (const auto& m : ReadMountTable()) {
-    if (m.mountpoint == want) visible_type = m.fstype;
-  }
-  return visible_type == kFsType;
+  if (ec || canonical.string() == lexical) return std::nullopt;
+  return LastMountedAt(table, canonical.string());
+}
+
+bool IsEpochfsMount(const std::filesystem::path& mountpoint) {
+  const auto visible = VisibleMount(mountpoint);
+  return visible && visible->fstype == kFsType;
 }
 
 }  // namespace epochfs::daemon

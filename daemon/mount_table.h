@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct MountEntry {
 std::vector<MountEntry> ReadMountTable();
 // The epochfs mounts on this machine, in mount order.
 std::vector<MountEntry> EpochfsMounts();
+// The mount visible at `mountpoint` (the last one mounted there), if any. The path is
+// looked up as given first, and canonicalized only when that finds nothing: stat-ing a
+// mountpoint can wait on its daemon, and a hung one must not hang the caller.
+std::optional<MountEntry> VisibleMount(const std::filesystem::path& mountpoint);
 bool IsEpochfsMount(const std::filesystem::path& mountpoint);
 
 // Unescapes mountinfo's octal escapes (\040 for a space, ...).

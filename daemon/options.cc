@@ -14,6 +14,7 @@
 
 #include "fmt/format.h"
 #include "base/unique_fd.h"
+#include "daemon/memory_limit.h"
 #include "daemon/mount_table.h"
 
 namespace epochfs::daemon {
@@ -124,6 +125,14 @@ fsys::path DefaultCacheDir(const fsys::path& source) {
 
 namespace {
 
+// What to do about a mountpoint or source that answers "Transport endpoint is not
+// connected": a FUSE daemon died and left its mount behind.
+std::string DeadMountHint(int err, const fsys::path& path) {
+  if (err != ENOTCONN) return "";
+  return fmt::format(" (a mount whose daemon is gone: clear it with `epochfs umount --lazy {}`)",
+                     path.string());
+}
+
 bool IsInside(const fsys::path& inner, const fsys::path& outer) {
   auto i = inner.begin();
   for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
@@ -139,7 +148,8 @@ Status ResolveAndValidate(MountOptions& options) {
   if (options.source.empty()) return Status::InvalidArgument("no SOURCE given");
   struct ::stat st {};
   if (::stat(options.source.c_str(), &st) < 0) {
-    return Status::FromErrno(errno, fmt::format("source {}", options.source.string()));
+    return Status::FromErrno(errno, fmt::format("source {}{}", options.source.string(),
+                                                DeadMountHint(errno, options.source)));
   }
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(
@@ -150,7 +160,8 @@ Status ResolveAndValidate(MountOptions& options) {
 
   if (options.mountpoint.empty()) options.mountpoint = options.source;
   if (::stat(options.mountpoint.c_str(), &st) < 0) {
-    return Status::FromErrno(errno, fmt::format("mountpoint {}", options.mountpoint.string()));
+    return Status::FromErrno(errno, fmt::format("mountpoint {}{}", options.mountpoint.string(),
+                                                DeadMountHint(errno, options.mountpoint)));
   }
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(
@@ -161,6 +172,13 @@ Status ResolveAndValidate(MountOptions& options) {
   if (IsEpochfsMount(options.mountpoint)) {
     return Status::InvalidArgument(
         fmt::format("{} is already an epochfs mount", options.mountpoint.string()));
+  }
+  // The kernel would look names up in the mount while serving it: every unmount of
+  // the inner mount is busy, and a lazy one leaves the daemon waiting forever.
+  if (options.mountpoint != options.source && IsInside(options.mountpoint, options.source)) {
+    return Status::InvalidArgument(fmt::format(
+        "mountpoint {} lies inside the source {}: mount over the source itself, or outside it",
+        options.mountpoint.string(), options.source.string()));
   }
   if (IsEpochfsMount(options.source)) {
     return Status::InvalidArgument(fmt::format(
@@ -177,6 +195,21 @@ Status ResolveAndValidate(MountOptions& options) {
   }
   if (options.chunk_size < 4096 || options.chunk_size > (64u << 20)) {
     return Status::InvalidArgument("chunk size must be between 4K and 64M");
+  }
+  if (options.ram_budget < kMinRamBudget) {
+    return Status::InvalidArgument(fmt::format(
+        "--ram {} is below the least the daemon works with (4M)", options.ram_budget));
+  }
+  // Checked here, where the daemon will run (it stays in this process's cgroup), and
+  // not left to the OOM killer, which would leave a dead mount behind.
+  if (auto limit = MemoryLimitOfThisProcess();
+      limit && options.ram_budget + kDaemonOverheadBytes > limit->bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "--ram {} MiB and the daemon's own ~{} MiB exceed the memory limit of {} MiB of the "
+        "cgroup it would run in ({}): the kernel would OOM-kill it; lower --ram (the "
+        "training job shares that limit too)",
+        options.ram_budget >> 20, kDaemonOverheadBytes >> 20, limit->bytes >> 20,
+        limit->cgroup));
   }
   if (options.max_threads < 1) return Status::InvalidArgument("--threads must be at least 1");
   if (!options.log_file.empty()) {

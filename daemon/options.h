@@ -23,12 +23,18 @@ enum class Consistency {
 };
 const char* ConsistencyName(Consistency c);
 
+// The least --ram the daemon works with: the RAM tier must hold a few chunks.
+constexpr uint64_t kMinRamBudget = 4ull << 20;
+// What the daemon holds beyond --ram: code, thread stacks, libfuse's buffers, RocksDB's
+// own, allocator slack (docs/operations.md, measured).
+constexpr uint64_t kDaemonOverheadBytes = 48ull << 20;
+
 struct MountOptions {
   std::filesystem::path source;
   std::filesystem::path mountpoint;  // defaults to source: mount over itself
   std::filesystem::path cache_dir;   // empty: DefaultCacheDir(source)
   std::filesystem::path log_file;    // empty: stderr in the foreground, cache_dir/epochfs.log otherwise
-  uint64_t ram_budget = 1ull << 30;
+  uint64_t ram_budget = 1ull << 30;  // at least kMinRamBudget
   uint64_t disk_budget = 0;          // 0: half of the cache filesystem's free space at mount
   bool disk_budget_set = false;
   uint32_t chunk_size = 1u << 20;

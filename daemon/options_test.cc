@@ -97,6 +97,39 @@ TEST_F(ValidateTest, RefusesMissingSourceFileSourceAndCacheInsideSource) {
   EXPECT_FALSE(ResolveAndValidate(bad_mountpoint).ok());
 }
 
+// `E mount src src/class00` was accepted: every unmount of it was busy afterwards, and
+// after a lazy one the daemon never exited.
+TEST_F(ValidateTest, RefusesAMountpointInsideTheSource) {
+  fsys::create_directories(root_ / "src" / "class00");
+  MountOptions o;
+  o.source = root_ / "src";
+  o.mountpoint = root_ / "src" / "class00";
+  const Status st = ResolveAndValidate(o);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("lies inside the source"), std::string::npos) << st.message();
+  // A sibling whose name starts like the source is not inside it.
+  fsys::create_directories(root_ / "src2");
+  o = MountOptions();
+  o.source = root_ / "src";
+  o.mountpoint = root_ / "src2";
+  EXPECT_TRUE(ResolveAndValidate(o).ok());
+}
+
+TEST_F(ValidateTest, RefusesARamBudgetTooSmallToWork) {
+  for (uint64_t ram : {0ull, 1ull, (4ull << 20) - 1}) {
+    MountOptions o;
+    o.source = root_ / "src";
+    o.ram_budget = ram;
+    const Status st = ResolveAndValidate(o);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << ram;
+    EXPECT_NE(st.message().find("--ram"), std::string::npos) << st.message();
+  }
+  MountOptions o;
+  o.source = root_ / "src";
+  o.ram_budget = 4ull << 20;
+  EXPECT_TRUE(ResolveAndValidate(o).ok());
+}
+
 TEST_F(ValidateTest, PrepareCacheDirCreatesAndProbes) {
   bool created = false;
   ASSERT_TRUE(PrepareCacheDir(root_ / "c" / "d", &created).ok());

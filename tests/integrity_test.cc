@@ -502,18 +502,9 @@ TEST_F(GlusterSourceTest, AppendingWriterWithConcurrentReadersLosesNothing) {
 // issue's bound is 100 MB; before the write queue and the index came out of --ram,
 // this run peaked at --ram + 92 MB).
 TEST_F(MountedDirsTest, DataTwoAndAHalfTimesAMemoryLimitNothingOomKilled) {
-  const fsys::path cgroups = "/sys/fs/cgroup/memory";
-  if (!fsys::exists(cgroups / "cgroup.procs")) GTEST_SKIP() << "no cgroup-v1 memory controller";
-  const fsys::path group = cgroups / ("epochfs-test-" + std::to_string(::getpid()));
-  std::error_code ec;
-  fsys::create_directory(group, ec);
-  if (ec) GTEST_SKIP() << "cannot create a memory cgroup: " << ec.message();
-  struct RemoveGroup {
-    fsys::path group;
-    ~RemoveGroup() { ::rmdir(group.c_str()); }
-  } remove_group{group};
   constexpr uint64_t kLimit = 160ull << 20;
-  WriteFile(group / "memory.limit_in_bytes", std::to_string(kLimit));
+  const MemoryCgroup group(kLimit);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
   // 400 MB of 128 KB files: 2.5x the limit.
   const std::string block = RandomBytes(128 << 10, 77);
   constexpr int kFiles = 3200;
@@ -524,7 +515,7 @@ TEST_F(MountedDirsTest, DataTwoAndAHalfTimesAMemoryLimitNothingOomKilled) {
   AgeFile(src_, 3600);
   ::sync();
   std::ofstream("/proc/sys/vm/drop_caches") << "3\n";
-  const std::string in_group = "echo $$ > " + (group / "cgroup.procs").string() + " && exec ";
+  const std::string in_group = group.Enter();
   CommandResult mounted = epochfs::testing::Run(
       {"sh", "-c", in_group + EPOCHFS_BINARY + " mount " + src_.string() + " " + mnt_.string() +
                        " --cache-dir " + cache_.string() + " --ram 64M"});
@@ -538,13 +529,7 @@ TEST_F(MountedDirsTest, DataTwoAndAHalfTimesAMemoryLimitNothingOomKilled) {
   // Still alive, and its bytes right.
   const auto stats = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
   EXPECT_EQ(ReadFile(mnt_ / "5" / "5"), block.substr(5) + block.substr(0, 5));
-  std::ifstream oom(group / "memory.oom_control");
-  std::string key;
-  uint64_t value = 0, oom_kills = 0;
-  while (oom >> key >> value) {
-    if (key == "oom_kill") oom_kills = value;
-  }
-  EXPECT_EQ(oom_kills, 0u);
+  EXPECT_EQ(group.OomKills(), 0u);
   EXPECT_LE(stats["daemon_peak_rss_bytes"].get<uint64_t>(), (64ull + 72) << 20) << stats.dump();
   std::cout << "daemon peak RSS " << (stats["daemon_peak_rss_bytes"].get<uint64_t>() >> 20)
             << " MiB with --ram 64M in a " << (kLimit >> 20) << " MiB cgroup, "

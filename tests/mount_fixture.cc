@@ -111,6 +111,43 @@ nlohmann::json Mount::Stats() const {
   return nlohmann::json::parse(ReadFile(mountpoint_ / ".epochfs" / "stats"));
 }
 
+MemoryCgroup::MemoryCgroup(uint64_t limit_bytes) {
+  const fsys::path cgroups = "/sys/fs/cgroup/memory";
+  if (!fsys::exists(cgroups / "cgroup.procs")) {
+    why_not_ = "no cgroup-v1 memory controller";
+    return;
+  }
+  static int serial = 0;
+  group_ = cgroups / ("epochfs-test-" + std::to_string(::getpid()) + "-" + std::to_string(serial++));
+  std::error_code ec;
+  fsys::create_directory(group_, ec);
+  if (ec) {
+    why_not_ = "cannot create a memory cgroup: " + ec.message();
+    group_.clear();
+    return;
+  }
+  std::ofstream(group_ / "memory.limit_in_bytes") << limit_bytes;
+  ok_ = true;
+}
+
+MemoryCgroup::~MemoryCgroup() {
+  if (!group_.empty()) ::rmdir(group_.c_str());
+}
+
+std::string MemoryCgroup::Enter() const {
+  return "echo $$ > " + (group_ / "cgroup.procs").string() + " && exec ";
+}
+
+uint64_t MemoryCgroup::OomKills() const {
+  std::ifstream oom(group_ / "memory.oom_control");
+  std::string key;
+  uint64_t value = 0, kills = 0;
+  while (oom >> key >> value) {
+    if (key == "oom_kill") kills = value;
+  }
+  return kills;
+}
+
 void AgeFile(const fsys::path& path, int seconds_ago) {
   struct timespec ts[2];
   ::clock_gettime(CLOCK_REALTIME, &ts[0]);

@@ -72,6 +72,29 @@ class UnmountOnExit {
   fsys::path mountpoint_;
 };
 
+// A cgroup-v1 memory cgroup with a limit, as a container or a job scheduler sets one,
+// removed when the guard goes. Check ok() (no v1 memory controller, or no right to make
+// one: the caller skips).
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(uint64_t limit_bytes);
+  ~MemoryCgroup();
+  MemoryCgroup(const MemoryCgroup&) = delete;
+  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& why_not() const { return why_not_; }
+  // A shell prefix that moves the shell into the cgroup: "echo $$ > .../cgroup.procs && exec ".
+  std::string Enter() const;
+  // How many times the kernel's OOM killer killed a process of the cgroup.
+  uint64_t OomKills() const;
+
+ private:
+  fsys::path group_;
+  bool ok_ = false;
+  std::string why_not_;
+};
+
 // A fixture base for tests that mount: skips without FUSE, and gives each test a fresh
 // temporary directory with `src/` and `mnt/` made and `cache/` named (not made: a
 // mount makes it).

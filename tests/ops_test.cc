@@ -598,6 +598,11 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
     if (m.value("mountpoint", "") == mp) found = m.contains("error");
   }
   EXPECT_TRUE(found) << json.output;
+  // Mounting again over the dead mount says how to clear it.
+  CommandResult again = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir",
+                                 cache_.string(), "--ram", "64M", "--disk", "256M"});
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("epochfs umount --lazy"), std::string::npos) << again.output;
 
   CommandResult u = Epochfs({"umount", "--lazy", "--dead-only", mnt_.string()});
   EXPECT_EQ(u.exit_code, 0) << u.output;

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +19,8 @@
 #include <thread>
 
 #include "tests/mount_fixture.h"
+
+extern char** environ;
 
 namespace epochfs::testing {
 namespace {
@@ -193,13 +197,16 @@ int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece = 128
 // own, allocator slack (docs/operations.md: about 45 MB).
 constexpr uint64_t kFixedOverheadBytes = 48ull << 20;
 
-// 100,000 files of 100 bytes read once with --ram 64M: once the kernel has forgotten
-// them, the daemon's RSS is within --ram and its fixed overhead. (Each RAM entry and
-// each known file cost about 1.1 KB nothing counted: 300,000 such files took the RSS to
-// 362 MiB while the RAM tier reported 28.6 MiB.)
+// 100,000 files of 100 bytes read once with --ram 64M, the daemon inside a 300 MB memory
+// cgroup: once the kernel has forgotten them, the daemon's RSS is within --ram and its
+// fixed overhead, and its unmount (the cache's flush) is not OOM-killed. (Each RAM entry
+// and each known file cost about 1.1 KB nothing counted: 300,000 such files took the
+// RSS to 362 MiB while the RAM tier reported 28.6 MiB, and the daemon was OOM-killed
+// during `epochfs umount` in a 300 MB cgroup, 3 runs of 3.)
 // (The default mode only: what --ram covers does not depend on it, and 100,000 opens
 // in "open" mode take a minute.)
 TEST_F(MountedDirsTest, ManySmallFilesStayWithinRamOnceTheKernelForgets) {
+  const MemoryCgroup group(300ull << 20);
   const std::string bytes = RandomBytes(100, 4);
   for (int d = 0; d < 100; d++) {
     const fsys::path dir = src_ / ("d" + std::to_string(d));
@@ -209,15 +216,24 @@ TEST_F(MountedDirsTest, ManySmallFilesStayWithinRamOnceTheKernelForgets) {
   const CommandResult aged = epochfs::testing::Run(
       {"find", src_.string(), "-exec", "touch", "-h", "-d", "1 hour ago", "{}", "+"});
   ASSERT_EQ(aged.exit_code, 0) << aged.output;
-  auto m = std::make_unique<Mount>(src_, mnt_, cache_, std::vector<std::string>{"--ram", "64M"});
-  ASSERT_TRUE(m->ok()) << m->output();
+  const std::string in_group = group.ok() ? group.Enter() : "exec ";
+  const CommandResult mounted = epochfs::testing::Run(
+      {"sh", "-c", in_group + EPOCHFS_BINARY + " mount " + src_.string() + " " + mnt_.string() +
+                       " --cache-dir " + cache_.string() + " --ram 64M --disk 512M"});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  auto m = std::make_unique<UnmountOnExit>(mnt_);
   const CommandResult read = epochfs::testing::Run(
       {"sh", "-c", "find " + mnt_.string() + " -type f -print0 | xargs -0 cat | wc -c"});
   ASSERT_EQ(read.exit_code, 0) << read.output;
   EXPECT_EQ(std::stoull(read.output), 100'000u * 100);
-  ResourcesTest::WaitUntilForgotten(*m);
+  const auto stats_of = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  do {  // until the kernel has forgotten every node but the root
+    DropKernelCaches();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (stats_of()["inodes"].get<uint64_t>() > 1 && Clock::now() < deadline);
   std::this_thread::sleep_for(std::chrono::seconds(5));  // the memory trimmer's period, twice
-  const auto stats = m->Stats();
+  const auto stats = stats_of();
   EXPECT_LE(stats["ram_bytes"].get<uint64_t>(), stats["ram_tier_budget_bytes"].get<uint64_t>());
   EXPECT_LE(stats["file_table_bytes"].get<uint64_t>(), 8ull << 20);
   EXPECT_GT(stats["files_untracked"].get<uint64_t>(), 0u);
@@ -228,6 +244,34 @@ TEST_F(MountedDirsTest, ManySmallFilesStayWithinRamOnceTheKernelForgets) {
             << " MiB while the kernel held the inodes) with --ram 64M, "
             << stats["ram_entries"] << " RAM entries, " << stats["files_known"]
             << " files known\n";
+  const CommandResult unmounted = epochfs::testing::Epochfs({"umount", mnt_.string()});
+  EXPECT_EQ(unmounted.exit_code, 0) << unmounted.output;
+  m.reset();
+  if (group.ok()) {
+    EXPECT_EQ(group.OomKills(), 0u) << "the daemon was OOM-killed in its 300 MB cgroup";
+  } else {
+    std::cout << "(not run inside a memory cgroup: " << group.why_not() << ")\n";
+  }
+}
+
+// A --ram that cannot fit the memory cgroup the daemon would run in is refused at mount,
+// with the numbers; it used to mount, and be OOM-killed right after (a 100 MB cgroup
+// with --ram 128M).
+TEST_F(MountedDirsTest, RamBeyondTheCgroupsLimitIsRefusedAtMount) {
+  const MemoryCgroup group(100ull << 20);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
+  const auto mount_with = [&](const char* ram) {
+    return epochfs::testing::Run(
+        {"sh", "-c", group.Enter() + EPOCHFS_BINARY + " mount " + src_.string() + " " +
+                         mnt_.string() + " --cache-dir " + cache_.string() + " --ram " + ram});
+  };
+  const CommandResult refused = mount_with("128M");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("memory limit of 100 MiB"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fsys::exists(cache_)) << "a refused mount leaves nothing behind";
+  const CommandResult fits = mount_with("32M");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  UnmountOnExit unmount(mnt_);
 }
 
 // A plan of 4,000,000 entries is refused once it outgrows its share of --ram, without
@@ -260,6 +304,128 @@ TEST_P(ResourcesTest, HugePlansAndPlanFloodsStayBounded) {
   const int logged = log_lines() - before;
   EXPECT_GE(logged, 1);
   EXPECT_LE(logged, 10) << "a flood of bad plans must not flood the log";
+}
+
+// A command started in the background, whose end can be waited for with a deadline: a
+// process stuck in the kernel behind a hung FUSE server cannot be killed, so a test
+// must be able to give up waiting on it without hanging itself.
+class Background {
+ public:
+  explicit Background(const std::vector<std::string>& args) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Background() {
+    if (pid_ > 0 && !done_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Whether it ended within `seconds` (its exit code then in exit_code()).
+  bool WaitFor(double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (!done_ && pid_ > 0) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        done_ = true;
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done_;
+  }
+  int exit_code() const { return exit_code_; }
+  std::string output() const { return ReadFile(out_); }
+
+ private:
+  TempDir dir_;
+  fsys::path out_ = dir_ / "output";
+  pid_t pid_ = -1;
+  bool done_ = false;
+  int exit_code_ = -1;
+};
+
+// A source that stops answering: the source is a mergerfs mount (a FUSE filesystem of
+// its own) whose daemon is stopped. A lookup through epochfs then hangs in the source,
+// holding what the kernel holds for it; `status` and `umount --lazy` must still answer
+// (they hung in D state until the source came back, and `timeout` could not stop them).
+TEST_F(MountedDirsTest, StatusAndLazyUmountAnswerWhileASourceLookupHangs) {
+  const fsys::path lower = dir_ / "lower";
+  fsys::create_directories(lower);
+  WriteFile(src_ / "a", "a");
+  fsys::create_directories(src_ / "d");
+  const CommandResult merged = epochfs::testing::Run(
+      {"mergerfs", "-o", "cache.entry=0,cache.attr=0,cache.negative_entry=0,cache.files=off",
+       src_.string(), lower.string()});
+  if (merged.exit_code != 0) GTEST_SKIP() << "mergerfs (the hanging source) failed: " << merged.output;
+  struct UnmountLower {
+    fsys::path path;
+    pid_t pid = 0;
+    ~UnmountLower() {
+      if (pid > 0) ::kill(pid, SIGCONT);
+      ::umount2(path.c_str(), MNT_DETACH);
+    }
+  } unmount_lower{lower};
+  const CommandResult pid_of = epochfs::testing::Run({"pgrep", "-n", "-x", "mergerfs"});
+  ASSERT_EQ(pid_of.exit_code, 0) << pid_of.output;
+  const pid_t source_daemon = std::stoi(pid_of.output);
+
+  // Not a Mount guard: the test unmounts it itself, lazily.
+  const CommandResult mounted = epochfs::testing::Epochfs(
+      {"mount", lower.string(), mnt_.string(), "--cache-dir", cache_.string(), "--ram", "64M"});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  UnmountOnExit unmount_on_exit(mnt_);
+  EXPECT_EQ(ReadFile(mnt_ / "a"), "a");
+  EXPECT_EQ(epochfs::testing::Epochfs({"status", mnt_.string()}).exit_code, 0);
+
+  DropKernelCaches();  // `.epochfs` too must be looked up under the root's lock
+  ASSERT_EQ(::kill(source_daemon, SIGSTOP), 0);
+  unmount_lower.pid = source_daemon;  // from here on, SIGCONT on every way out
+  Background hung_root({"stat", (mnt_ / "new-name").string()});
+  Background hung_dir({"stat", (mnt_ / "d" / "x").string()});
+  // More lookups stuck in the source than the daemon has FUSE threads (--threads 16).
+  std::vector<std::unique_ptr<Background>> crowd;
+  for (int i = 0; i < 24; i++) {
+    crowd.push_back(std::make_unique<Background>(
+        std::vector<std::string>{"stat", (mnt_ / ("n" + std::to_string(i))).string()}));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the attribute timeout
+  Background hung_root_attrs({"stat", mnt_.string()});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_FALSE(hung_root.WaitFor(0)) << "the source did not hang: " << hung_root.output();
+  ASSERT_FALSE(hung_dir.WaitFor(0)) << "the source did not hang: " << hung_dir.output();
+
+  Background status({EPOCHFS_BINARY, "status", "--json", mnt_.string()});
+  const bool status_answered = status.WaitFor(2.0);
+  EXPECT_TRUE(status_answered) << "status hangs behind the source lookup";
+  Background lazy({EPOCHFS_BINARY, "umount", "--lazy", mnt_.string()});
+  const bool lazy_answered = lazy.WaitFor(2.0);
+  EXPECT_TRUE(lazy_answered) << "umount --lazy hangs behind the source lookup";
+
+  ::kill(source_daemon, SIGCONT);  // the source answers again: everything drains
+  EXPECT_TRUE(hung_root.WaitFor(10));
+  EXPECT_TRUE(hung_dir.WaitFor(10));
+  EXPECT_TRUE(hung_root_attrs.WaitFor(10));
+  for (auto& b : crowd) EXPECT_TRUE(b->WaitFor(10));
+  if (status_answered) {
+    EXPECT_EQ(status.exit_code(), 0) << status.output();
+    EXPECT_NE(status.output().find("\"pid\""), std::string::npos) << status.output();
+  }
+  ASSERT_TRUE(lazy.WaitFor(30));
+  EXPECT_EQ(lazy.exit_code(), 0) << lazy.output();
+  EXPECT_NE(epochfs::testing::Run({"findmnt", "-n", mnt_.string()}).exit_code, 0)
+      << "still mounted after umount --lazy";
 }
 
 }  // namespace
