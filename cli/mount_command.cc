@@ -118,18 +118,40 @@ namespace {
 struct DaemonOfMount {
   pid_t pid = 0;      // 0: not known
   bool live = false;  // it answered
+  fsys::path cache_dir;
 };
+
+DaemonOfMount FromStats(pid_t pid, const std::string& json) {
+  DaemonOfMount d{pid, true, {}};
+  try {
+    const auto stats = nlohmann::json::parse(json);
+    if (d.pid == 0) d.pid = stats.value("pid", 0);
+    d.cache_dir = stats.value("cache_dir", "");
+  } catch (const nlohmann::json::exception&) {
+  }
+  return d;
+}
+
+// Whether the daemon that held `cache_dir` went down cleanly: it clears its pid from the
+// lock file as its very last step (daemon/daemon.h), so a pid still there means it was
+// killed on the way.
+bool EndedCleanly(const fsys::path& cache_dir, pid_t pid) {
+  std::ifstream lock(cache_dir / "lock");
+  std::string text;
+  std::getline(lock, text);
+  return text != std::to_string(pid);
+}
 
 DaemonOfMount FindDaemon(const fsys::path& mountpoint, const daemon::MountEntry& mount,
                          bool may_read_the_mount) {
   auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount.device), 2.0);
-  if (reply.ok()) return {reply->pid, true};
-  if (reply.status().code() != Code::kNotFound) return {0, true};  // there, but wedged
+  if (reply.ok()) return FromStats(reply->pid, reply->text);
+  if (reply.status().code() != Code::kNotFound) return {0, true, {}};  // there, but wedged
   if (!may_read_the_mount) return {};
   // No socket: the stats file. A dead daemon's mount answers ENOTCONN at once.
   auto stats = ReadStats(mountpoint);
   if (!stats.ok()) return {};
-  return {stats->value("pid", 0), true};
+  return FromStats(0, stats->dump());
 }
 
 }  // namespace
@@ -184,6 +206,13 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
       last_note = now;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (pid > 0 && !daemon.cache_dir.empty() && !EndedCleanly(daemon.cache_dir, pid)) {
+    return Fail(fmt::format(
+        "daemon pid {} of {} was killed before it finished going down (the OOM killer? see "
+        "dmesg and {}): the cache stays consistent, but chunks still queued for its SSD tier "
+        "were lost and will be read from the source again",
+        pid, mountpoint.string(), (daemon.cache_dir / "epochfs.log").string()));
   }
   return 0;
 }

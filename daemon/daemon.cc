@@ -269,6 +269,9 @@ Status Daemon::Start() {
   auto lock = LockCacheDir(options.cache_dir);
   if (!lock.ok()) return lock.status();
   cache_dir_lock_ = std::move(*lock);
+  clear_lock_pid_.Set([fd = cache_dir_lock_.get()] {
+    if (::ftruncate(fd, 0) != 0) spdlog::warn("cannot clear the pid in the cache dir's lock file");
+  });
   if (!options.disk_budget_set) options.disk_budget = DefaultDiskBudget(options.cache_dir);
   RaiseFdLimit();
 

@@ -118,6 +118,10 @@ class Daemon {
   struct ::stat root_stat_ {};
   // One daemon per cache dir: held until everything else is gone.
   UniqueFd cache_dir_lock_;
+  // The last step of a clean shutdown: the lock file's pid is cleared, so that
+  // `epochfs umount` can tell a daemon that finished its flush from one that was killed
+  // on the way (the OOM killer, kill -9): the pid is still there.
+  ShutdownStep clear_lock_pid_;
   MemoryPlan memory_;
   // The cache reports late demand reads to it (CacheOptions::demand_observer).
   std::shared_ptr<prefetch::SourcePacer> pacer_;

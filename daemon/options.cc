@@ -16,6 +16,7 @@
 #include "base/unique_fd.h"
 #include "daemon/memory_limit.h"
 #include "daemon/mount_table.h"
+#include "daemon/stats_socket.h"
 
 namespace epochfs::daemon {
 namespace fsys = std::filesystem;
@@ -133,6 +134,15 @@ std::string DeadMountHint(int err, const fsys::path& path) {
                      path.string());
 }
 
+// Whether the epochfs mount `mount` at `mountpoint` has lost its daemon. Asks the
+// daemon's socket first (a hung mount must not hang this check).
+bool DaemonIsGone(const fsys::path& mountpoint, const MountEntry& mount) {
+  auto reply = QueryStatsSocket(StatsSocketPath(mount.device), 2.0);
+  if (reply.ok() || reply.status().code() != Code::kNotFound) return false;
+  struct ::stat st {};
+  return ::stat((mountpoint / ".epochfs").c_str(), &st) < 0 && errno == ENOTCONN;
+}
+
 bool IsInside(const fsys::path& inner, const fsys::path& outer) {
   auto i = inner.begin();
   for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
@@ -169,9 +179,11 @@ Status ResolveAndValidate(MountOptions& options) {
   }
   options.mountpoint = fsys::canonical(options.mountpoint, ec);
   if (ec) return Status::IoError(fmt::format("mountpoint: {}", ec.message()));
-  if (IsEpochfsMount(options.mountpoint)) {
-    return Status::InvalidArgument(
-        fmt::format("{} is already an epochfs mount", options.mountpoint.string()));
+  if (const auto mounted = VisibleMount(options.mountpoint); mounted && mounted->fstype == kFsType) {
+    return Status::InvalidArgument(fmt::format(
+        "{} is already an epochfs mount{}", options.mountpoint.string(),
+        DaemonIsGone(options.mountpoint, *mounted) ? DeadMountHint(ENOTCONN, options.mountpoint)
+                                                   : ""));
   }
   // The kernel would look names up in the mount while serving it: every unmount of
   // the inner mount is busy, and a lazy one leaves the daemon waiting forever.

@@ -311,7 +311,7 @@ TEST_F(MountTest, RequestsPerFileInEachMode) {
 }
 
 // request_errors counts every request answered with an error, whatever its kind (a
-// failed RMDIR or REMOVEXATTR once went uncounted).
+// failed RMDIR or REMOVEXATTR once went uncounted), but no answer to a question.
 TEST_F(MountTest, EveryErrorReplyIsCounted) {
   fsys::create_directories(src_ / "full");
   WriteFile(src_ / "full" / "f", "x");
@@ -321,6 +321,12 @@ TEST_F(MountTest, EveryErrorReplyIsCounted) {
   EXPECT_NE(::rmdir((mnt_ / "full").c_str()), 0);  // the source answers ENOTEMPTY
   EXPECT_EQ(errno, ENOTEMPTY);
   EXPECT_NE(::removexattr((mnt_ / "full" / "f").c_str(), "user.epochfs-none"), 0);
+  EXPECT_EQ(m->Stats()["request_errors"].get<uint64_t>(), before + 2);
+  // ...but "no such attribute" to a GETXATTR is an answer (ls -l asks it four times per
+  // file), not an error.
+  char value[16];
+  EXPECT_LT(::getxattr((mnt_ / "full" / "f").c_str(), "user.epochfs-none", value, sizeof(value)), 0);
+  EXPECT_EQ(errno, ENODATA);
   EXPECT_EQ(m->Stats()["request_errors"].get<uint64_t>(), before + 2);
 }
 

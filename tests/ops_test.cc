@@ -580,6 +580,9 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
   ASSERT_TRUE(IsMounted(mnt_));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE(WaitGone(pid, std::chrono::seconds(10)));
+  // What tells `umount` that a daemon was killed on its way down: its pid stays in the
+  // lock file (a clean shutdown clears it).
+  EXPECT_EQ(ReadFile(cache_ / "lock"), std::to_string(pid));
   struct stat st {};
   EXPECT_NE(::stat((mnt_ / "a.txt").c_str(), &st), 0);
   // "Transport endpoint is not connected" (ECONNABORTED while the kernel is still

@@ -247,6 +247,9 @@ TEST_F(MountedDirsTest, ManySmallFilesStayWithinRamOnceTheKernelForgets) {
   const CommandResult unmounted = epochfs::testing::Epochfs({"umount", mnt_.string()});
   EXPECT_EQ(unmounted.exit_code, 0) << unmounted.output;
   m.reset();
+  // A daemon that went down cleanly cleared its pid from the lock file (a killed one
+  // leaves it, and `umount` then fails: see ops_test's dead daemon).
+  EXPECT_EQ(ReadFile(cache_ / "lock"), "");
   if (group.ok()) {
     EXPECT_EQ(group.OomKills(), 0u) << "the daemon was OOM-killed in its 300 MB cgroup";
   } else {
@@ -272,6 +275,30 @@ TEST_F(MountedDirsTest, RamBeyondTheCgroupsLimitIsRefusedAtMount) {
   const CommandResult fits = mount_with("32M");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
   UnmountOnExit unmount(mnt_);
+}
+
+// An epoch record far larger than --ram's file table allows (a damaged one, or one
+// written under a much larger --ram) is ignored at mount instead of parsed whole: a 3 GB
+// one took the RSS to 6 GiB. Here 1,000,000 well-formed file lines (about 40 MB) under
+// --ram 64M, whose file table is 8 MiB.
+TEST_F(MountedDirsTest, AHugeEpochRecordIsIgnoredWithinRam) {
+  WriteFile(src_ / "f", "x");
+  AgeFile(src_ / "f", 3600);
+  fsys::create_directories(cache_);
+  {
+    std::ofstream record(cache_ / "epochs");
+    constexpr int kFiles = 1'000'000;
+    record << "epochfs-epochs 1\nfiles " << kFiles << "\n";
+    for (int i = 0; i < kFiles; i++) record << "2049 " << 1000000 + i << " class_x/sample_" << i << ".jpg\n";
+    record << "order 0\npattern shuffled\n";
+  }
+  auto m = std::make_unique<Mount>(src_, mnt_, cache_, std::vector<std::string>{"--ram", "64M"});
+  ASSERT_TRUE(m->ok()) << m->output();
+  EXPECT_EQ(ReadFile(mnt_ / "f"), "x");
+  const auto stats = m->Stats();
+  EXPECT_LE(stats["daemon_peak_rss_bytes"].get<uint64_t>(), (64ull << 20) + kFixedOverheadBytes)
+      << stats.dump();
+  EXPECT_NE(ReadFile(cache_ / "epochfs.log").find("ignoring"), std::string::npos);
 }
 
 // A plan of 4,000,000 entries is refused once it outgrows its share of --ram, without
