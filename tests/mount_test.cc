@@ -541,7 +541,7 @@ TEST_F(MountTest, FullCacheDiskStillServesEverything) {
   } unmount_cache{cache_};
   Dataset d = Dataset::Make(src_, 120, 3, 100 * 1024, 9);
   auto m = std::make_unique<Mount>(src_, mnt_, cache_,
-                                   std::vector<std::string>{"--ram", "1M", "--disk", "1G"});
+                                   std::vector<std::string>{"--ram", "4M", "--disk", "1G"});  // the least --ram
   ASSERT_TRUE(m->ok()) << m->output();
   for (int pass = 0; pass < 2; pass++) EXPECT_TRUE(ReadAllThroughMount(d, 4).empty());
   auto stats = m->Stats();
