@@ -110,10 +110,6 @@ bool ProcessGone(pid_t pid) {
          line[close_paren + 2] == 'Z' || line[close_paren + 2] == 'X';
 }
 
-}  // namespace
-
-namespace {
-
 // The daemon behind a mount, found without reading through it where possible.
 struct DaemonOfMount {
   pid_t pid = 0;      // 0: not known
