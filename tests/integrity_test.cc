@@ -40,16 +40,7 @@ struct ::stat Lstat(const fsys::path& p) {
   return st;
 }
 
-class IntegrityTest : public MountedDirsTest,
-                      public ::testing::WithParamInterface<const char*> {
- protected:
-  std::unique_ptr<Mount> MountIt(std::vector<std::string> extra = {}) {
-    extra.insert(extra.end(), {"--consistency", GetParam()});
-    auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
-    EXPECT_TRUE(m->ok()) << m->output();
-    return m;
-  }
-};
+using IntegrityTest = ConsistencyModeTest;
 
 INSTANTIATE_TEST_SUITE_P(Modes, IntegrityTest, ::testing::Values("notify", "open"));
 

@@ -148,6 +148,19 @@ uint64_t MemoryCgroup::OomKills() const {
   return kills;
 }
 
+int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece) {
+  const fsys::path plan = mnt / ".epochfs" / "plan";
+  const int fd = ::open(plan.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (size_t off = 0; off < text.size() && err == 0; off += piece) {
+    const size_t n = std::min(piece, text.size() - off);
+    if (::write(fd, text.data() + off, n) != static_cast<ssize_t>(n)) err = errno ? errno : EIO;
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
 void AgeFile(const fsys::path& path, int seconds_ago) {
   struct timespec ts[2];
   ::clock_gettime(CLOCK_REALTIME, &ts[0]);

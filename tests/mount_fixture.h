@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,23 @@ class MountedDirsTest : public ::testing::Test {
   fsys::path mnt_ = dir_ / "mnt";
   fsys::path cache_ = dir_ / "cache";
 };
+
+// A mount test run once per consistency mode (the parameter: "notify" or "open").
+class ConsistencyModeTest : public MountedDirsTest,
+                            public ::testing::WithParamInterface<const char*> {
+ protected:
+  // Mounts src_ on mnt_ in this test's mode, with `extra` flags.
+  std::unique_ptr<Mount> MountIt(std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), {"--consistency", GetParam()});
+    auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
+    EXPECT_TRUE(m->ok()) << m->output();
+    return m;
+  }
+};
+
+// Writes `text` to the mount's plan file in `piece`-byte writes; returns the first errno
+// (0: the plan was taken).
+int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece = 4096);
 
 // A set of files written into a source tree, kept in memory to compare against.
 struct Dataset {

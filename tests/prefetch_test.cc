@@ -21,20 +21,6 @@
 namespace epochfs::testing {
 namespace {
 
-// Writes `text` to the plan file in pieces of `piece` bytes; 0 or the first errno.
-int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece = 4096) {
-  const fsys::path plan = mnt / ".epochfs" / "plan";
-  int fd = ::open(plan.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int err = 0;
-  for (size_t off = 0; off < text.size() && err == 0; off += piece) {
-    const size_t n = std::min(piece, text.size() - off);
-    if (::write(fd, text.data() + off, n) != static_cast<ssize_t>(n)) err = errno ? errno : EIO;
-  }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  return err;
-}
-
 std::string PlanText(const std::vector<std::string>& paths) {
   std::string text = "epochfs-plan 1\n";
   for (const auto& p : paths) text += p + "\n";

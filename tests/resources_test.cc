@@ -54,15 +54,8 @@ FdCount CountFds(pid_t pid, const fsys::path& source) {
   return count;
 }
 
-class ResourcesTest : public MountedDirsTest, public ::testing::WithParamInterface<const char*> {
+class ResourcesTest : public ConsistencyModeTest {
  protected:
-  std::unique_ptr<Mount> MountIt(std::vector<std::string> extra = {}) {
-    extra.insert(extra.end(), {"--consistency", GetParam()});
-    auto m = std::make_unique<Mount>(src_, mnt_, cache_, extra);
-    EXPECT_TRUE(m->ok()) << m->output();
-    return m;
-  }
-
   FdCount FdsOnceForgotten(const Mount& m, pid_t pid) const {
     WaitUntilForgotten(m);
     return CountFds(pid, src_);
@@ -177,20 +170,6 @@ TEST_P(ResourcesTest, CompressibleFirstReadsAreWithinTwiceIncompressibleOnes) {
   EXPECT_LE(compressible_s, 2 * incompressible_s + 1.0);
   EXPECT_EQ(ReadFile(mnt_ / "z" / "7"), zeros);
   EXPECT_EQ(m->Stats()["ssd_writes_dropped"].get<uint64_t>(), 0u);
-}
-
-// Writes `text` to the plan file in `piece`-byte writes; returns the first errno (0: ok).
-int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece = 128 * 1024) {
-  const fsys::path plan = mnt / ".epochfs" / "plan";
-  const int fd = ::open(plan.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int err = 0;
-  for (size_t off = 0; off < text.size() && err == 0; off += piece) {
-    const size_t n = std::min(piece, text.size() - off);
-    if (::write(fd, text.data() + off, n) != static_cast<ssize_t>(n)) err = errno ? errno : EIO;
-  }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  return err;
 }
 
 // What the daemon holds beyond --ram: code, thread stacks, libfuse's buffers, RocksDB's
@@ -313,7 +292,7 @@ TEST_P(ResourcesTest, HugePlansAndPlanFloodsStayBounded) {
   huge.reserve(8'100'000);
   for (int i = 0; i < 4'000'000; i++) huge += "f\n";
   huge += "\n";
-  EXPECT_EQ(WritePlan(mnt_, huge), EINVAL);
+  EXPECT_EQ(WritePlan(mnt_, huge, 128 * 1024), EINVAL);
   auto stats = m->Stats();
   EXPECT_EQ(stats["plans_published"].get<uint64_t>(), 0u);
   EXPECT_LE(stats["daemon_peak_rss_bytes"].get<uint64_t>(), (64ull << 20) + kFixedOverheadBytes)
