@@ -127,6 +127,8 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
   c.open_file_fds = fs.handle_fds().open();
   c.open_file_fds_max = fs.handle_fds().max_open();
   c.open_file_fd_reopens = fs.handle_fds().reopens();
+  c.open_relookups = fs.open_relookups();
+  c.open_direct_fallbacks = fs.open_direct_fallbacks();
   c.inodes = fs.inode_count();
   if (const fs::MetadataWarmup* warmup = fs.warmup()) {
     c.metadata_warmup = warmup->walking();

@@ -156,6 +156,17 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kCounter}
             .Show({.row = "source fds", .label = "reopened"}),
         open_file_fd_reopens);
+  visit(CounterInfo{"open_relookups",
+                    "Opens answered ESTALE so that the kernel looked the file up again (open mode: "
+                    "it changed since).",
+                    kCounter}
+            .Show({.row = "source fds", .label = "re-looked-up", .quiet = true}),
+        open_relookups);
+  visit(CounterInfo{"open_direct_fallbacks",
+                    "Opens read with direct I/O: the file changed again right after a re-lookup.",
+                    kCounter}
+            .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
+        open_direct_fallbacks);
   visit(
       CounterInfo{"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}.Show(
           {.row = "daemon", .label = "inodes"}),

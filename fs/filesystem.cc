@@ -32,10 +32,14 @@ EntryReply Filesystem::SourceEntry(const Entry& entry) const {
   e.attr = entry.attr;
   e.attr_timeout = options_.timeouts.attr_s;
   e.entry_timeout = options_.timeouts.entry_s;
-  if (options_.kernel_asks_to_open && !S_ISDIR(entry.attr.st_mode)) {
-    // Close-to-open, as NFS does it: every open of a file walks to it with a LOOKUP,
-    // which checks that the name still means this file and gives the kernel the size
-    // and times the open is about to trust. (Directories keep their timeouts.)
+  // "open" mode keeps the timeouts for regular files too: close-to-open is the OPEN's
+  // own work. It opens the name again and answers ESTALE when the name now means
+  // another file, or the file changed since the kernel's last LOOKUP of it, and the
+  // kernel then looks the name up again (SourceFs::Open). A LOOKUP per open cost a
+  // round trip per file. Symlinks and special files, which no OPEN checks, are still
+  // looked up at every walk; directories keep their timeouts.
+  if (options_.kernel_asks_to_open && !S_ISDIR(entry.attr.st_mode) &&
+      !S_ISREG(entry.attr.st_mode)) {
     e.entry_timeout = 0;
   }
   return e;
@@ -188,6 +192,7 @@ Result<OpenReply> Filesystem::Open(uint64_t nodeid, int flags) {
   if (!open.ok()) return open.status();
   reply.handle = std::move(open->handle);
   reply.keep_cache = open->keep_cache;
+  reply.direct_io = open->direct_io;
   return reply;
 }
 

@@ -99,7 +99,9 @@ TEST_F(FilesystemTest, SourceEntriesCarryTheModesTimeouts) {
   auto open_mode = Make(true);
   auto file = open_mode->Lookup(kRootNodeId, "file.txt");
   ASSERT_TRUE(file.ok());
-  EXPECT_EQ(file->entry_timeout, 0) << "close-to-open: each open looks the file up";
+  // Close-to-open is the OPEN's own check (see OpenOfAFileChangedUnderneath...): no
+  // LOOKUP per open.
+  EXPECT_EQ(file->entry_timeout, 7);
   EXPECT_EQ(file->attr_timeout, 8);
   auto folder = open_mode->Lookup(kRootNodeId, "folder");
   ASSERT_TRUE(folder.ok());
@@ -113,6 +115,41 @@ TEST_F(FilesystemTest, SourceEntriesCarryTheModesTimeouts) {
   auto again = notify_mode->Lookup(kRootNodeId, "file.txt");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->entry_timeout, 7);
+}
+
+// "open" mode: the kernel keeps a file's name and attributes between opens, so an open
+// that finds the file changed since its last LOOKUP must not let the kernel read with
+// the old size. It drops the kernel's node and answers ESTALE (the kernel then looks
+// the name up again and retries the open once); an open that finds it changed again
+// right after reads with direct I/O, which the kernel does not clamp to its size.
+TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) {
+  auto core = Make(true);
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  auto first = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->direct_io);
+  EXPECT_TRUE(kernel_.inodes.empty());
+
+  dir_.Write("src/file.txt", "hello, and more");  // changed underneath: a new size
+  auto stale = core->Open(file->nodeid, O_RDONLY);
+  EXPECT_EQ(Errno(stale.status()), ESTALE);
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
+  // The kernel's retry: LOOKUP (fresh attributes), then OPEN.
+  auto again = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->nodeid, file->nodeid);
+  EXPECT_EQ(again->attr.st_size, 15);
+  auto retried = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_FALSE(retried->direct_io);
+
+  // Changed again before the kernel could look it up a second time: no error, but no
+  // cached size either.
+  dir_.Write("src/file.txt", "hi");
+  auto direct = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+  EXPECT_TRUE(direct->direct_io);
 }
 
 TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {

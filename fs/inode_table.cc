@@ -190,6 +190,33 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
           id.ctime_ns + cache::kRacilyCleanNs < inode.kernel_cache_id_at_ns);
 }
 
+void InodeTable::NoteKernelAttrs(Inode& inode, const struct ::stat& st) {
+  const auto id = cache::SourceIdentity::FromStat(st);
+  MutexLock lock(mutex_);
+  // Replies race: the kernel keeps the newest attributes (its attr_version), so do we.
+  if (!inode.kernel_attr_id || id.ctime_ns >= inode.kernel_attr_id->ctime_ns) {
+    inode.kernel_attr_id = id;
+  }
+}
+
+bool InodeTable::KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
+                                 Observation seen) const {
+  MutexLock lock(mutex_);
+  if (Overlapped(inode, seen)) return true;  // the kernel follows the mount's changes
+  if (!inode.kernel_attr_id) return false;
+  return *inode.kernel_attr_id == id || id.ctime_ns < inode.kernel_attr_id->ctime_ns;
+}
+
+bool InodeTable::MayAskRelookup(Inode& inode, int64_t window_ns) {
+  const int64_t now = cache::WallClockNs();
+  MutexLock lock(mutex_);
+  if (inode.relookup_asked_at_ns != 0 && now - inode.relookup_asked_at_ns < window_ns) {
+    return false;
+  }
+  inode.relookup_asked_at_ns = now;
+  return true;
+}
+
 void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made) {
   const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);
@@ -201,6 +228,9 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
     inode.kernel_cache_id_at_ns = now;
     inode.kernel_cache_id_written = true;
     RememberMadeLocked(DevIno{inode.dev, inode.ino}, *made, now);
+  }
+  if (made && (!inode.kernel_attr_id || made->ctime_ns >= inode.kernel_attr_id->ctime_ns)) {
+    inode.kernel_attr_id = made;
   }
   inode.changes_made.fetch_add(1);
 }

@@ -66,6 +66,15 @@ struct Inode {
   std::optional<cache::SourceIdentity> kernel_cache_id;
   int64_t kernel_cache_id_at_ns = 0;  // wall clock when kernel_cache_id was recorded
   bool kernel_cache_id_written = false;  // left by a MountChange
+  // Identity of the source file as the last LOOKUP (or CREATE) reply for this node
+  // showed it, or a change by the mount left it (the kernel follows the sizes of its
+  // own writes). In "open" mode the kernel keeps names and attributes between opens; an
+  // open that finds the file changed since makes the kernel look it up again first
+  // (SourceFs::Open), so that nothing is read with an older file's size. GETATTR
+  // replies are not counted: the kernel drops a reply that raced a newer one (its
+  // attribute version), so only the LOOKUP the open itself forces is trusted.
+  std::optional<cache::SourceIdentity> kernel_attr_id;
+  int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 };
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
@@ -151,6 +160,17 @@ class InodeTable {
   // a page dropped and read again in between holds the old bytes for good.
   bool KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,
                           Observation seen) const;
+
+  // Records that a LOOKUP or CREATE reply for `inode` carries `st`.
+  void NoteKernelAttrs(Inode& inode, const struct ::stat& st);
+  // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)
+  // says, or a newer state the mount made itself: then the size it reads with is right.
+  bool KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
+                       Observation seen) const;
+  // Whether an open may answer ESTALE to have the kernel look `inode` up again: not if
+  // it did so within the last `window_ns` (the kernel retries an open once; a file
+  // changed again in between must not turn into an error). Records the answer.
+  bool MayAskRelookup(Inode& inode, int64_t window_ns);
 
   // Pins: O_PATH fds of source files the kernel does not know yet, held so that their
   // dentries and inodes stay in memory until it looks them up (fs/metadata_warmup.h).

@@ -178,6 +178,7 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   if (!st.ok()) return st.status();
   auto inode = inodes_.Remember(parent, name, *st, std::move(*fd),
                                 KnownByAnotherDeadName(*parent, name, *st));
+  inodes_.NoteKernelAttrs(*inode, *st);  // the LOOKUP's reply carries them
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
   }
@@ -471,6 +472,26 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
   if (!opened.ok()) return opened.status();
   auto& [fd, id] = *opened;
   OpenResult result;
+  if (!inodes_.KernelAttrsShow(**inode, id, seen)) {
+    // The kernel kept this name and its attributes since an older state of the file
+    // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
+    // would read with that size. ESTALE makes it look the name up again (the VFS
+    // retries an open once, with LOOKUP_REVAL) and open anew with fresh attributes.
+    if (inodes_.MayAskRelookup(**inode, kRelookupWindowNs)) {
+      // Dropped first: a reply still in flight with older attributes is then refused
+      // by the kernel (the drop moves its attribute version on).
+      if (Invalidator* kernel = kernel_.load()) kernel->InvalidateInode(nodeid);
+      open_relookups_.fetch_add(1, std::memory_order_relaxed);
+      return Status::Stale(fmt::format("node {}: changed since the kernel's attributes",
+                                       nodeid));
+    }
+    // Changed again right after that LOOKUP: this open reads past any cached size, from
+    // the daemon (a direct I/O read is not clamped to i_size), and the attributes are
+    // dropped for the next stat.
+    result.direct_io = true;
+    open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    if (Invalidator* kernel = kernel_.load()) kernel->InvalidateInode(nodeid);
+  }
   const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
   if (match == InodeTable::CacheMatch::kChanged) {
@@ -513,6 +534,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   auto path_fd = OpenChild((*dir)->path_fd.get(), name, O_PATH);
   auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd(),
                                 KnownByAnotherDeadName(**dir, name, *st));
+  inodes_.NoteKernelAttrs(*inode, *st);  // the CREATE's reply carries them
   const auto id = cache::SourceIdentity::FromStat(*st);
   MountChange(inodes_, inode.get()).Made(id);
   OpenResult open;

@@ -72,6 +72,8 @@ struct OpenResult {
   std::unique_ptr<FileHandle> handle;
   // The kernel may keep its cached pages: the source file is unchanged since they were read.
   bool keep_cache = false;
+  // Reads of this open bypass the kernel's pages and its cached size (see Open).
+  bool direct_io = false;
 };
 
 struct SourceFsOptions {
@@ -171,6 +173,13 @@ class SourceFs {
 
   cache::Cache& cache() { return *cache_; }
   const HandleFds& handle_fds() const { return handle_fds_; }
+  // "open" mode: opens answered ESTALE so that the kernel looked the file up again (it
+  // changed since its last LOOKUP), and opens that read with direct I/O instead (it
+  // changed again right after).
+  uint64_t open_relookups() const { return open_relookups_.load(std::memory_order_relaxed); }
+  uint64_t open_direct_fallbacks() const {
+    return open_direct_fallbacks_.load(std::memory_order_relaxed);
+  }
   size_t inode_count() const { return inodes_.size(); }
 
   // ---- the plan file's view of the source (source_fs_paths.cc) ----
@@ -202,6 +211,9 @@ class SourceFs {
   // Opens a non-directory node's source file by its current name with `flags`, checked
   // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
+  // How long after an open answered ESTALE (to refresh the kernel's attributes) another
+  // open of the node reads with direct I/O instead: the kernel retries only once.
+  static constexpr int64_t kRelookupWindowNs = 100'000'000;
   // Writes through `fd` (of `node`), then drops the cache's copy and records the
   // identity the write left; `fh` (if any) takes that identity too.
   Result<size_t> WriteFd(int fd, Inode& node, FileHandle* fh, const char* data, size_t size,
@@ -234,6 +246,8 @@ class SourceFs {
   std::atomic<ChangeWatcher*> watcher_{nullptr};  // AttachKernel
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
+  std::atomic<uint64_t> open_relookups_{0};
+  std::atomic<uint64_t> open_direct_fallbacks_{0};
   prefetch::Prefetcher* const prefetcher_;  // every demand read is reported to it; may be null
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes
 };
