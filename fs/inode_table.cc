@@ -193,7 +193,9 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
 void InodeTable::NoteKernelAttrs(Inode& inode, const struct ::stat& st) {
   const auto id = cache::SourceIdentity::FromStat(st);
   MutexLock lock(mutex_);
-  // Replies race: the kernel keeps the newest attributes (its attr_version), so do we.
+  // The newest by ctime. The kernel may still have discarded this reply, if a reply it
+  // had sent later was applied first (its attribute version); the LOOKUP an ESTALE
+  // forces comes right before the retried OPEN, the same window a LOOKUP per open had.
   if (!inode.kernel_attr_id || id.ctime_ns >= inode.kernel_attr_id->ctime_ns) {
     inode.kernel_attr_id = id;
   }
