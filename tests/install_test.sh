@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # `cmake --install` puts every operations file where systemd, mount(8) and an operator
-# look for them. Usage: install_test.sh BUILD_DIR PREFIX
+# look for them, and the Python package where Debian's python3 finds it.
+# Usage: install_test.sh BUILD_DIR PREFIX [PYTHON_DIR]  (PYTHON_DIR: relative to PREFIX;
+# empty when the build has no Python module)
 set -euo pipefail
 build=$1
 prefix=$2
+python_dir=${3:-}
 dest=$(mktemp -d /tmp/epochfs-install-XXXXXX)
 trap 'rm -rf "$dest"' EXIT
 DESTDIR=$dest cmake --install "$build" >/dev/null
@@ -39,6 +42,26 @@ if ! "$dest$prefix/bin/epochfs" mount --config "$dest/all.conf" /nonexistent-src
     cat "$dest/err"
     fail=1
   fi
+fi
+# The Python package: in a folder on Debian's python3's own path, and importable from
+# there out of a clean directory (the tree's build folders are not on the path).
+if [ -n "$python_dir" ]; then
+  check "$prefix/$python_dir/epochfs/__init__.py"
+  if ! ls "$dest$prefix/$python_dir/epochfs/"_epochfs*.so >/dev/null 2>&1; then
+    echo "missing: $prefix/$python_dir/epochfs/_epochfs*.so"
+    fail=1
+  fi
+  if ! /usr/bin/python3 -c "import sys; sys.exit('$prefix/$python_dir' not in sys.path)"; then
+    echo "$prefix/$python_dir is not on /usr/bin/python3's path"
+    fail=1
+  fi
+  clean=$(mktemp -d /tmp/epochfs-clean-XXXXXX)
+  if ! (cd "$clean" && PYTHONPATH="$dest$prefix/$python_dir" PYTHONDONTWRITEBYTECODE=1 \
+        /usr/bin/python3 -c "import epochfs, sys; assert epochfs.__file__.startswith('$dest'), epochfs.__file__; epochfs.Loader"); then
+    echo "the installed epochfs package does not import"
+    fail=1
+  fi
+  rm -rf "$clean"
 fi
 [ $fail -eq 0 ] && echo "install layout OK"
 exit $fail

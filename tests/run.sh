@@ -5,7 +5,8 @@
 #
 # 1. a normal build and the whole suite (unit, real-mount integration, loader, Python);
 # 2. the unit tests once more, built with -fsanitize=address,undefined;
-# 3. the libraries compiled with clang's -Wthread-safety (base/thread_annotations.h), so
+# 3. the Debian package built with CPack and checked (tests/package_test.sh);
+# 4. the libraries compiled with clang's -Wthread-safety (base/thread_annotations.h), so
 #    a lock annotation that the code breaks fails the run.
 # Mount tests need root and /dev/fuse; without them they skip with a message.
 set -euo pipefail
@@ -46,6 +47,9 @@ echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DEPOCHFS_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$JOBS" --target unit_tests
 run_ctest build-asan/ctest.log --test-dir build-asan -j "$JOBS" --timeout 600 -L unit
+
+echo "== Debian package (cpack)"
+bash tests/package_test.sh build-deb
 
 echo "== thread-safety analysis (clang -Wthread-safety, libraries only)"
 # Compile only: nothing is linked or run, so -O0 without debug info, and only the
