@@ -134,6 +134,41 @@ class CacheImpl final : public Cache {
     return ssd_ ? ssd_->Position(ChunkKey{dev, ino, 0}) : std::nullopt;
   }
 
+  bool MoveToKernel(const SourceIdentity& file, const KernelStore& store) override {
+    if (!options_.drop_kernel_pages) return false;
+    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const ChunkKey key{file.dev, file.ino, static_cast<uint32_t>(c)};
+      std::optional<ChunkBytes> bytes = ram_->TakeForKernel(key, file);
+      if (!bytes) return false;
+      if (!store(c * options_.chunk_size, bytes->span())) {
+        ram_->ReturnFromKernel(key, file, std::move(*bytes));
+        return false;
+      }
+    }
+    return chunks > 0;
+  }
+
+  bool InKernel(const SourceIdentity& file) const override {
+    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      if (!ram_->HoldsKernelEntry(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
+        return false;
+      }
+    }
+    return chunks > 0;
+  }
+
+  bool HoldsInRam(const SourceIdentity& file) const override {
+    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      if (!ram_->HoldsBytes(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
+        return false;
+      }
+    }
+    return chunks > 0;
+  }
+
   void Invalidate(uint64_t dev, uint64_t ino) override {
     ram_->EraseFile(dev, ino);
     if (ssd_) ssd_->Invalidate(dev, ino);
@@ -480,6 +515,9 @@ CacheStats CacheImpl::Stats() const {
   s.ram_bytes = ram.bytes;
   s.ram_entries = ram.entries;
   s.ram_evictions = ram.evictions;
+  s.kernel_bytes = ram.kernel_bytes;
+  s.kernel_entries = ram.kernel_entries;
+  s.kernel_drops = ram.kernel_drops;
   s.stale_entries = ram.stale;
   s.io_uring = io_->is_io_uring();
   if (ssd_) {
@@ -497,7 +535,8 @@ Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options
   EPOCHFS_RETURN_IF_ERROR(Validate(options));
   std::unique_ptr<EvictionPolicy> policy = MakePolicy(options.ram_policy);
   if (options.ram_policy_override) policy = NewSharedPolicy(options.ram_policy_override);
-  auto ram = std::make_unique<RamTier>(options.ram_budget, std::move(policy));
+  auto ram = std::make_unique<RamTier>(options.ram_budget, std::move(policy),
+                                       options.drop_kernel_pages);
   std::unique_ptr<SsdTier> ssd;
   if (options.disk_budget > 0) {
     SsdTierOptions ssd_options{
@@ -677,6 +716,22 @@ void CacheStats::VisitCounters(const CounterVisitor& visit) const {
   visit(CounterInfo{"ram_evictions", kEvictionsHelp, kCounter, "epochfs_evictions_total", ram}.Show(
             {.row = "RAM tier", .label = "evicted"}),
         ram_evictions);
+  visit(CounterInfo{"kernel_page_bytes",
+                    "Of the RAM tier's bytes: those pushed into the kernel's page cache "
+                    "(charged as whole pages).",
+                    kGauge}
+            .Show({.row = "page cache pushes", .label = "", .unit = kBytes,
+                   .of = "ram_budget_bytes", .top = true}),
+        kernel_bytes);
+  visit(CounterInfo{"kernel_page_entries", "Chunks held in the kernel's page cache for the RAM tier.",
+                    kGauge}
+            .Show({.row = "page cache pushes", .label = "chunks"}),
+        kernel_entries);
+  visit(CounterInfo{"kernel_page_drops",
+                    "Pushed chunks the RAM tier let go of, their pages dropped from the kernel.",
+                    kCounter}
+            .Show({.row = "page cache pushes", .label = "dropped"}),
+        kernel_drops);
   ssd.VisitCounters(visit);
   visit(CounterInfo{"stale_entries", "Cached entries dropped because the source file changed.",
                     kCounter, "epochfs_stale_entries_total"}

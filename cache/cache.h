@@ -127,6 +127,11 @@ struct CacheOptions {
   // A small entry read from the SSD tier brings its pack neighbours (read in the same
   // aligned window) into RAM too: cheap readahead for files written together.
   bool read_around = true;
+  // Drops the kernel's cached pages of file (dev, ino): called when the RAM tier lets
+  // go of bytes it had moved into the kernel's page cache (MoveToKernel), from the
+  // thread that made it let go (never under a cache lock; it may be a FUSE worker in a
+  // request, so it must only queue the drop). Unset: MoveToKernel is refused.
+  std::function<void(uint64_t dev, uint64_t ino)> drop_kernel_pages;
 };
 
 // What Cache::Prefetch did.
@@ -171,6 +176,10 @@ struct CacheStats {
   uint64_t misses = 0, miss_bytes = 0;
   uint64_t source_reads = 0, source_bytes = 0;
   uint64_t ram_bytes = 0, ram_entries = 0, ram_evictions = 0;
+  // Of ram_bytes: what the bytes moved into the kernel's page cache are charged
+  // (MoveToKernel), how many chunks they are, and how many had their pages dropped
+  // when they left the tier.
+  uint64_t kernel_bytes = 0, kernel_entries = 0, kernel_drops = 0;
   // Of both tiers: entries dropped because the source identity changed.
   uint64_t stale_entries = 0;
   uint64_t not_admitted = 0;  // fills skipped: file changed too recently to trust
@@ -215,6 +224,19 @@ class Cache {
   // nothing from the source: files it could not bring (not cached, stale, corrupt,
   // refused by the policy) are the caller's to read another way.
   virtual std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files) = 0;
+
+  // Moves the bytes of `file` from the RAM tier into the kernel's page cache:
+  // `store(offset, bytes)` is called for each chunk in order and says whether the kernel
+  // took them. The tier then holds a kernel entry in the chunk's place, charged as its
+  // pages, until the policy lets it go (CacheOptions::drop_kernel_pages drops them). A
+  // chunk the tier does not hold with this identity, or one `store` refuses, ends the
+  // move: false, and that chunk stays in RAM. Already-moved chunks stay moved.
+  using KernelStore = std::function<bool(uint64_t offset, std::span<const char> bytes)>;
+  virtual bool MoveToKernel(const SourceIdentity& file, const KernelStore& store) = 0;
+  // Whether every chunk of `file` is held as a kernel entry (a move not undone since).
+  virtual bool InKernel(const SourceIdentity& file) const = 0;
+  // Whether every chunk of `file` is in the RAM tier with its bytes (not moved).
+  virtual bool HoldsInRam(const SourceIdentity& file) const = 0;
 
   // Demand reads (Read(), not Prefetch()) now filling chunks from the SSD tier or the
   // source: readahead holds back while this is non-zero (demand first).

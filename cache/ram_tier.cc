@@ -4,50 +4,93 @@
 
 namespace epochfs::cache {
 
-RamTier::RamTier(uint64_t budget_bytes, std::unique_ptr<EvictionPolicy> policy)
-    : budget_(budget_bytes), policy_(std::move(policy)) {}
+RamTier::RamTier(uint64_t budget_bytes, std::unique_ptr<EvictionPolicy> policy,
+                 KernelDrop drop_kernel_pages)
+    : budget_(budget_bytes),
+      drop_kernel_pages_(std::move(drop_kernel_pages)),
+      policy_(std::move(policy)) {}
 
-void RamTier::EraseLocked(Map::iterator it, std::vector<ChunkBytes>* released) {
-  bytes_ -= Charge(it->second.bytes);
+void RamTier::EraseLocked(Map::iterator it, Released* released, bool kernel_lost) {
+  bytes_ -= it->second.charge();
   policy_->OnErase(it->first);
-  released->push_back(std::move(it->second.bytes));
+  if (it->second.in_kernel()) {
+    kernel_bytes_ -= KernelCharge(it->second.kernel_size);
+    --kernel_entries_;
+    if (!kernel_lost) {
+      ++kernel_drops_;
+      released->kernel.push_back(it->first);
+    }
+  } else {
+    released->bytes.push_back(std::move(it->second.bytes));
+  }
   entries_.erase(it);
 }
 
-std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
-  std::vector<ChunkBytes> released;
-  MutexLock lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return std::nullopt;
-  if (it->second.id != id) {
-    ++stale_;
-    EraseLocked(it, &released);
-    return std::nullopt;
+void RamTier::Finish(Released& released) {
+  released.bytes.clear();
+  if (!drop_kernel_pages_) return;
+  // One drop per file: a file's chunks are adjacent in the map, and so in the list.
+  for (size_t i = 0; i < released.kernel.size(); ++i) {
+    const ChunkKey& key = released.kernel[i];
+    if (i > 0 && released.kernel[i - 1].dev == key.dev && released.kernel[i - 1].ino == key.ino) {
+      continue;
+    }
+    drop_kernel_pages_(key.dev, key.ino);
   }
-  policy_->OnAccess(key);
-  return it->second.bytes;
+}
+
+std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdentity& id) {
+  Released released;
+  std::optional<ChunkBytes> found;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return std::nullopt;
+    if (it->second.id != id) {
+      ++stale_;
+      EraseLocked(it, &released);
+    } else if (it->second.in_kernel()) {
+      EraseLocked(it, &released, /*kernel_lost=*/true);
+    } else {
+      policy_->OnAccess(key);
+      found = it->second.bytes;
+    }
+  }
+  Finish(released);
+  return found;
 }
 
 bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
   const uint64_t need = Charge(bytes);
   if (need > budget_ || bytes.owner == nullptr) return false;
-  std::vector<ChunkBytes> released;  // freed after the lock is dropped
-  MutexLock lock(mu_);
-  if (auto it = entries_.find(key); it != entries_.end()) EraseLocked(it, &released);
-  if (bytes_ + need > budget_) {
-    if (!policy_->AdmitWhenFull(key, need)) return false;
-    while (bytes_ + need > budget_) {
-      std::optional<ChunkKey> victim = policy_->Victim();
-      auto it = victim ? entries_.find(*victim) : entries_.end();
-      if (it == entries_.end()) return false;  // the policy wants no (more) evictions
-      EraseLocked(it, &released);
-      ++evictions_;
+  Released released;  // freed and reported after the lock is dropped
+  bool inserted = false;
+  {
+    MutexLock lock(mu_);
+    // A kernel entry of the same identity is being replaced by what a read brought: the
+    // kernel lost those pages (that is why the read came).
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      EraseLocked(it, &released, it->second.in_kernel() && it->second.id == id);
     }
+    inserted = [&]() REQUIRES(mu_) {
+      if (bytes_ + need > budget_) {
+        if (!policy_->AdmitWhenFull(key, need)) return false;
+        while (bytes_ + need > budget_) {
+          std::optional<ChunkKey> victim = policy_->Victim();
+          auto it = victim ? entries_.find(*victim) : entries_.end();
+          if (it == entries_.end()) return false;  // the policy wants no (more) evictions
+          EraseLocked(it, &released);
+          ++evictions_;
+        }
+      }
+      entries_.emplace(key, Entry{id, std::move(bytes)});
+      bytes_ += need;
+      policy_->OnInsert(key, need);
+      return true;
+    }();
   }
-  entries_.emplace(key, Entry{id, std::move(bytes)});
-  bytes_ += need;
-  policy_->OnInsert(key, need);
-  return true;
+  Finish(released);
+  return inserted;
 }
 
 bool RamTier::InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
@@ -66,25 +109,83 @@ bool RamTier::Contains(const ChunkKey& key) const {
   return entries_.count(key) != 0;
 }
 
+std::optional<ChunkBytes> RamTier::TakeForKernel(const ChunkKey& key, const SourceIdentity& id) {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.id != id || it->second.in_kernel()) return std::nullopt;
+  Entry& entry = it->second;
+  const uint64_t before = entry.charge();
+  ChunkBytes bytes = std::move(entry.bytes);
+  entry.bytes = ChunkBytes{};
+  entry.kernel_size = bytes.size;
+  const uint64_t after = entry.charge();
+  bytes_ = bytes_ - before + after;
+  kernel_bytes_ += after;
+  ++kernel_entries_;
+  // The policy keeps the entry's rank; only its size changes.
+  policy_->OnErase(key);
+  policy_->OnInsert(key, after);
+  return bytes;
+}
+
+void RamTier::ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.id != id || !it->second.in_kernel()) return;
+  Entry& entry = it->second;
+  const uint64_t before = entry.charge();
+  kernel_bytes_ -= before;
+  --kernel_entries_;
+  entry.bytes = std::move(bytes);
+  entry.kernel_size = 0;
+  const uint64_t after = entry.charge();
+  // A pack buffer may own more than the chunk; if it no longer fits, it goes.
+  if (bytes_ - before + after > budget_) {
+    Released released;
+    bytes_ = bytes_ - before + after;
+    EraseLocked(it, &released);
+    return;  // only bytes to free, which the vector does on the way out
+  }
+  bytes_ = bytes_ - before + after;
+  policy_->OnErase(key);
+  policy_->OnInsert(key, after);
+}
+
+bool RamTier::HoldsKernelEntry(const ChunkKey& key, const SourceIdentity& id) const {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.id == id && it->second.in_kernel();
+}
+
+bool RamTier::HoldsBytes(const ChunkKey& key, const SourceIdentity& id) const {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.id == id && !it->second.in_kernel();
+}
+
 bool RamTier::HasRoomFor(uint64_t bytes) const {
   MutexLock lock(mu_);
   return bytes_ + bytes + kEntryOverheadBytes <= budget_;
 }
 
 void RamTier::EraseFile(uint64_t dev, uint64_t ino) {
-  std::vector<ChunkBytes> released;
-  MutexLock lock(mu_);
-  auto it = entries_.lower_bound(ChunkKey{dev, ino, 0});
-  while (it != entries_.end() && it->first.dev == dev && it->first.ino == ino) {
-    auto next = std::next(it);
-    EraseLocked(it, &released);
-    it = next;
+  Released released;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.lower_bound(ChunkKey{dev, ino, 0});
+    while (it != entries_.end() && it->first.dev == dev && it->first.ino == ino) {
+      auto next = std::next(it);
+      EraseLocked(it, &released);
+      it = next;
+    }
   }
+  Finish(released);
 }
 
 RamTier::Stats RamTier::GetStats() const {
   MutexLock lock(mu_);
-  return Stats{bytes_, entries_.size(), evictions_, stale_};
+  return Stats{bytes_, entries_.size(), evictions_, stale_, kernel_bytes_, kernel_entries_,
+               kernel_drops_};
 }
 
 }  // namespace epochfs::cache

@@ -7,12 +7,23 @@
 // says) or is refused. A lookup with a different identity than the entry's drops the
 // entry (the source file changed) and misses.
 //
+// Kernel entries. Once the chunk's bytes have been pushed into the kernel's page cache
+// (Cache::MoveToKernel), the tier keeps a *kernel entry* in their place: no bytes, but
+// the same key, identity and charge (the chunk's length, rounded up to whole pages).
+// So what the daemon put in the page cache stays within the one budget, and the
+// eviction policy decides when it goes like anything else; when a kernel entry leaves
+// (evicted, invalidated, stale), `drop_kernel_pages` is told the file, after the lock
+// is dropped, and drops the kernel's pages. A Lookup that meets a kernel entry misses
+// and forgets it without a drop: a read reached the daemon, so the kernel had lost
+// those pages already.
+//
 // Thread-safety: all methods are thread-safe. One mutex guards the map and the
 // policy; it is held only for map operations, never while copying chunk data, and
-// erased buffers are released after it is dropped.
+// erased buffers are released (and kernel drops reported) after it is dropped.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,7 +46,15 @@ class RamTier {
   static constexpr uint64_t kEntryOverheadBytes = 384;
   static uint64_t Charge(const ChunkBytes& bytes) { return bytes.footprint() + kEntryOverheadBytes; }
 
-  RamTier(uint64_t budget_bytes, std::unique_ptr<EvictionPolicy> policy);
+  // Told (dev, ino) of a file whose kernel entry left the tier; called from any thread
+  // that erased it, never under the tier's lock.
+  using KernelDrop = std::function<void(uint64_t dev, uint64_t ino)>;
+  static uint64_t KernelCharge(uint64_t size) {
+    return ((size + kPageBytes - 1) / kPageBytes) * kPageBytes + kEntryOverheadBytes;
+  }
+
+  RamTier(uint64_t budget_bytes, std::unique_ptr<EvictionPolicy> policy,
+          KernelDrop drop_kernel_pages = nullptr);
   RamTier(const RamTier&) = delete;
   RamTier& operator=(const RamTier&) = delete;
 
@@ -51,7 +70,18 @@ class RamTier {
   // (read-around neighbours: welcome, but not at the expense of what is cached).
   bool InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes);
 
+  // Whether the key has an entry, with bytes or a kernel entry.
   bool Contains(const ChunkKey& key) const;
+
+  // Turns the entry (key, id) with bytes into a kernel entry and returns its bytes, for
+  // the caller to push into the kernel's page cache; nullopt if there is no such entry.
+  std::optional<ChunkBytes> TakeForKernel(const ChunkKey& key, const SourceIdentity& id);
+  // The push of TakeForKernel's bytes failed: the kernel entry gets its bytes back (if
+  // it is still there; nothing is reported as dropped).
+  void ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes);
+  // Whether (key, id) is a kernel entry / an entry with its bytes.
+  bool HoldsKernelEntry(const ChunkKey& key, const SourceIdentity& id) const;
+  bool HoldsBytes(const ChunkKey& key, const SourceIdentity& id) const;
   bool HasRoomFor(uint64_t bytes) const;
 
   // Drops every chunk of file (dev, ino).
@@ -62,26 +92,47 @@ class RamTier {
     uint64_t entries = 0;
     uint64_t evictions = 0;
     uint64_t stale = 0;
+    uint64_t kernel_bytes = 0;    // charged for kernel entries (included in bytes)
+    uint64_t kernel_entries = 0;
+    uint64_t kernel_drops = 0;    // kernel entries that left and had their pages dropped
   };
   Stats GetStats() const;
 
  private:
+  static constexpr uint64_t kPageBytes = 4096;
   struct Entry {
     SourceIdentity id;
-    ChunkBytes bytes;
+    ChunkBytes bytes;          // empty for a kernel entry
+    uint64_t kernel_size = 0;  // a kernel entry: the bytes pushed (its charge's basis)
+    bool in_kernel() const { return bytes.owner == nullptr; }
+    uint64_t charge() const { return in_kernel() ? KernelCharge(kernel_size) : Charge(bytes); }
   };
   using Map = std::map<ChunkKey, Entry>;  // ordered: a file's chunks are one range
 
-  // Removes `it`, moving its bytes to `released` so they are freed after unlocking.
-  void EraseLocked(Map::iterator it, std::vector<ChunkBytes>* released) REQUIRES(mu_);
+  // What an erase leaves to do once the lock is dropped: free the bytes, drop the
+  // kernel's pages.
+  struct Released {
+    std::vector<ChunkBytes> bytes;
+    std::vector<ChunkKey> kernel;
+  };
+  // Removes `it`. A kernel entry's pages are dropped unless `kernel_lost` (the kernel
+  // no longer has them).
+  void EraseLocked(Map::iterator it, Released* released, bool kernel_lost = false)
+      REQUIRES(mu_);
+  // Frees and reports what EraseLocked left; call without the lock.
+  void Finish(Released& released);
 
   const uint64_t budget_;
+  const KernelDrop drop_kernel_pages_;
   mutable Mutex mu_;
   Map entries_ GUARDED_BY(mu_);
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   uint64_t evictions_ GUARDED_BY(mu_) = 0;
   uint64_t stale_ GUARDED_BY(mu_) = 0;
+  uint64_t kernel_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t kernel_entries_ GUARDED_BY(mu_) = 0;
+  uint64_t kernel_drops_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace epochfs::cache

@@ -29,6 +29,7 @@ prefetch = 8
 prefetch_iops = 250
 prefetch_bandwidth = "100M"
 prefetch_pacing = false
+page_cache_push = false
 read_only = true
 allow_other = true
 io_uring = false
@@ -57,6 +58,7 @@ metrics_textfile = "/var/lib/node_exporter/epochfs.prom"
   EXPECT_EQ(o.prefetch_iops, 250u);
   EXPECT_EQ(o.prefetch_bandwidth, 100ull << 20);
   EXPECT_FALSE(o.prefetch_pacing);
+  EXPECT_FALSE(o.page_cache_push);
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.allow_other);
   EXPECT_FALSE(o.use_io_uring);

@@ -130,6 +130,7 @@ TEST(FstabOptions, EveryBareOptionBecomesItsFlag) {
   const std::vector<std::pair<std::string, std::string>> kBareOptions = {
       {"allow_other", "--allow-other"}, {"metrics_allow_remote", "--metrics-allow-remote"},
       {"no_io_uring", "--no-io-uring"}, {"no_prefetch_pacing", "--no-prefetch-pacing"},
+      {"no_page_cache_push", "--no-page-cache-push"},
       {"read_only", "--read-only"},     {"ro", "--read-only"},
   };
   for (const auto& [option, flag] : kBareOptions) {
@@ -161,7 +162,8 @@ TEST(FstabOptions, EveryOptionForMountAndSystemdIsIgnored) {
 // all three surfaces must not quietly add them to fstab.
 TEST(FstabOptions, ConfigKeysAndFlagsThatAreNoFstabOptionsAreRefused) {
   const std::vector<std::string> kNotFstabOptions = {
-      "config_if_exists", "foreground", "io_uring", "mountpoint", "prefetch_pacing", "source"};
+      "config_if_exists", "foreground", "io_uring", "mountpoint", "prefetch_pacing",
+      "page_cache_push", "source"};
   for (const std::string& option : kNotFstabOptions) {
     for (const std::string& written : {option, option + "=1"}) {
       EXPECT_TRUE(Refused(TranslateOptions(written), "unknown option '" + written + "'"))

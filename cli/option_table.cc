@@ -98,6 +98,14 @@ std::vector<OptionRow> BuildTable() {
        .help = "Let readahead read the source as fast as it can, instead of pacing it below "
                "the rate at which its reads start to queue behind each other",
        .apply = [](const OptionValue& v, MountOptions& o) { o.prefetch_pacing = v.boolean; }},
+      {.flag = "--no-page-cache-push",
+       .toml_key = "page_cache_push",
+       .fstab_keys = {"no_page_cache_push"},
+       .type = kBool,
+       .flag_turns_off = true,
+       .help = "Keep readahead's bytes in the daemon's RAM tier, instead of moving them on into "
+               "the kernel's page cache, where a read of them costs no request to the daemon",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.page_cache_push = v.boolean; }},
       {.flag = "--prefetch-bandwidth",
        .toml_key = "prefetch_bandwidth",
        .fstab_keys = {"prefetch_bandwidth"},

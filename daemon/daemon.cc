@@ -27,6 +27,7 @@
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
+#include "fs/page_cache_pusher.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_server.h"
 #include "daemon/mount_table.h"
@@ -106,7 +107,7 @@ MemoryPlan PlanMemory(uint64_t ram) {
 // The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
 // exporter renders it as Prometheus text (daemon/metrics.h).
 MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                             const ChangeWatcher* watcher,
+                             const ChangeWatcher* watcher, const fs::PageCachePusher* pusher,
                              std::chrono::steady_clock::time_point started) {
   MountCounters c;
   c.version = EPOCHFS_VERSION;
@@ -136,6 +137,8 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
   }
   c.metadata_pins = fs.inodes().pins();
   c.watcher = watcher;
+  c.pusher = pusher;
+  c.access = fs.access_watcher();
   if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
     c.prefetch = prefetcher->Stats();
     c.prefetch_threads = options.prefetch_threads;
@@ -148,15 +151,16 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
 }
 
 nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                             const ChangeWatcher* watcher,
+                             const ChangeWatcher* watcher, const fs::PageCachePusher* pusher,
                              std::chrono::steady_clock::time_point started) {
-  return StatsSnapshotJson(GatherCounters(options, ctx, fs, watcher, started));
+  return StatsSnapshotJson(GatherCounters(options, ctx, fs, watcher, pusher, started));
 }
 
 std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                      const ChangeWatcher* watcher, std::chrono::steady_clock::time_point started) {
+                      const ChangeWatcher* watcher, const fs::PageCachePusher* pusher,
+                      std::chrono::steady_clock::time_point started) {
   // Paths are bytes, not always UTF-8: replace what is not rather than throw.
-  return StatsSnapshot(options, ctx, fs, watcher, started)
+  return StatsSnapshot(options, ctx, fs, watcher, pusher, started)
              .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
          "\n";
 }
@@ -301,6 +305,14 @@ Status Daemon::Start() {
     pacer_ = std::make_shared<prefetch::SourcePacer>(static_cast<double>(options.prefetch_iops));
     cache_options.demand_observer = pacer_.get();
   }
+  // Readahead's bytes move on into the kernel's page cache, charged to the RAM tier
+  // (fs/page_cache_pusher.h). The pusher is attached once the session exists.
+  if (options.page_cache_push && options.prefetch_threads > 0) {
+    pusher_ = std::make_shared<fs::PageCachePusher>();
+    cache_options.drop_kernel_pages = [pusher = pusher_](uint64_t dev, uint64_t ino) {
+      pusher->DropLater(dev, ino);
+    };
+  }
   ram_policy_ = prefetch::Prefetcher::NewPolicy(memory_.ram_tier);
   cache_options.ram_policy_override = ram_policy_;
   auto cache = cache::Cache::Open(cache_options);
@@ -345,7 +357,7 @@ Status Daemon::Start() {
       std::vector<ControlDir::File>{
           ControlDir::File{"stats", 3,
                            [this] {
-                             return StatsJson(options_, ctx_, *fs_, watcher_.get(), started_);
+                             return StatsJson(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_);
                            }},
           // the prefetcher's plan file
           ControlDir::File{"plan", 4, [this] { return plan_file_->Summary(); },
@@ -395,10 +407,17 @@ Status Daemon::Start() {
   core_options.kernel_asks_to_open = options.consistency == Consistency::kOpen;
   core_ = std::make_unique<fs::Filesystem>(*fs_, *control_, core_options);
   ctx_.fs = core_.get();
+  ctx_.readdirplus_always = pusher_ != nullptr;
   // The watcher and the invalidator need the session, which needs the core: the one
   // link made after construction (Filesystem::AttachKernel).
   core_->AttachKernel(watcher_.get(), invalidator_.get());
   detach_kernel_.Set([this] { core_->AttachKernel(nullptr, nullptr); });
+  if (pusher_) {
+    detach_pusher_.Set([this] {
+      prefetcher_->AttachKernelPages(nullptr);
+      pusher_->Detach();
+    });
+  }
 
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
 
@@ -410,7 +429,7 @@ Status Daemon::Start() {
     metrics_options.allow_remote = options.metrics_allow_remote;
     metrics_options.textfile = options.metrics_textfile;
     auto started_exporter = MetricsExporter::Start(metrics_options, [this] {
-      return PrometheusText(StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), started_));
+      return PrometheusText(StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_));
     });
     if (!started_exporter.ok()) return started_exporter.status();
     exporter_ = std::move(*started_exporter);
@@ -418,11 +437,26 @@ Status Daemon::Start() {
   return Status::Ok();
 }
 
+void Daemon::StartPushing() {
+  if (!pusher_) return;
+  auto access = fs::AccessWatcher::Start(options_.mountpoint, *fs_, *prefetcher_);
+  if (!access.ok()) {
+    spdlog::warn("no pushing into the page cache: cannot see opens without fanotify ({})",
+                 access.status().ToString());
+    return;
+  }
+  access_watcher_ = std::move(*access);
+  fs_->AttachAccessWatcher(access_watcher_.get());
+  detach_access_.Set([this] { fs_->AttachAccessWatcher(nullptr); });
+  pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
+  prefetcher_->AttachKernelPages(pusher_.get());
+}
+
 void Daemon::StartStatsSocket() {
   const auto mount = VisibleMount(options_.mountpoint);
   if (!mount || mount->fstype != kFsType) return;
   auto socket = StatsSocket::Start(StatsSocketPath(mount->device), options_.allow_other, [this] {
-    return StatsJson(options_, ctx_, *fs_, watcher_.get(), started_);
+    return StatsJson(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_);
   });
   if (socket.ok()) {
     stats_socket_ = std::move(*socket);
@@ -466,6 +500,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
     }
     if (options.readahead > 0) SetReadahead(options.mountpoint, options.readahead);
     StartStatsSocket();
+    StartPushing();
     ready(Status::Ok());
     // ---- systemd: READY=1 only now that the mount answers (daemon/service_notify.h). ----
     NotifyReady(fmt::format("Serving {} on {}", options.source.string(),
@@ -473,7 +508,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
     status_reporter_ = std::make_unique<StatusReporter>(
         [this] {
           return ServiceStatusLine(
-              StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), started_));
+              StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_));
         },
         std::chrono::seconds(10));
   });

@@ -35,6 +35,7 @@
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/page_cache_pusher.h"
 #include "fs/plan_file.h"
 #include "fs/root_source_tree.h"
 #include "fs/source_fs.h"
@@ -110,6 +111,9 @@ class Daemon {
   Status Start();
   // Once mounted: the stats socket, named by the mount's device number.
   void StartStatsSocket();
+  // Once mounted: the access watcher, then pushing pages (both or neither: pushed
+  // pages that nobody sees read would hold the RAM budget for good).
+  void StartPushing();
 
   MountOptions options_;  // as resolved here (disk budget, consistency)
   const std::chrono::steady_clock::time_point started_;
@@ -127,6 +131,9 @@ class Daemon {
   std::shared_ptr<prefetch::SourcePacer> pacer_;
   // The prefetcher's epoch-aware policy ranks the RAM tier; shared by both.
   std::shared_ptr<cache::EvictionPolicy> ram_policy_;
+  // Moves readahead's bytes into the kernel's page cache; shared with the cache, which
+  // asks it to drop them (CacheOptions::drop_kernel_pages). Null with pushing off.
+  std::shared_ptr<fs::PageCachePusher> pusher_;
   std::unique_ptr<cache::Cache> cache_;
   // Flushes the cache once nothing feeds it any more.
   ShutdownStep flush_cache_;
@@ -146,9 +153,15 @@ class Daemon {
   std::unique_ptr<fs::KernelInvalidator> invalidator_;
   // Notifies through the session: stopped before it.
   std::unique_ptr<fs::ChangeWatcher> watcher_;
+  // Opens seen through fanotify (fs/access_watcher.h): with pushed pages, most reads
+  // reach the daemon no more. Started once the mount answers, with the pushing.
+  std::unique_ptr<fs::AccessWatcher> access_watcher_;
+  ShutdownStep detach_access_;
   // Filesystem::AttachKernel's undo: the filesystem lets go of the watcher and the
   // invalidator before they are destroyed.
   ShutdownStep detach_kernel_;
+  // Pushing stops (and a push in flight ends) before the session and the inode table go.
+  ShutdownStep detach_pusher_;
   std::unique_ptr<MetricsExporter> exporter_;
   // STOPPING=1 to systemd, after the last status line and before the flush (which may
   // take a while).

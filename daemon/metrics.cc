@@ -6,6 +6,8 @@
 
 #include "fmt/format.h"
 #include "fs/change_watcher.h"
+#include "fs/access_watcher.h"
+#include "fs/page_cache_pusher.h"
 #include "fs/fuse_ops.h"
 
 namespace epochfs::daemon {
@@ -184,6 +186,8 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "metadata warm-up", .label = "held", .quiet = true}),
         metadata_pins);
   fs::ChangeWatcher::VisitCounters(watcher, visit);
+  fs::PageCachePusher::VisitCounters(pusher, visit);
+  fs::AccessWatcher::VisitCounters(access, visit);
   if (prefetch) {
     prefetch->VisitCounters(visit);
     visit(CounterInfo{"prefetch_threads", "Readahead threads (--prefetch).", kGauge}.Show(

@@ -24,6 +24,8 @@
 
 namespace epochfs::fs {
 class ChangeWatcher;
+class PageCachePusher;
+class AccessWatcher;
 class RequestCounters;
 }  // namespace epochfs::fs
 
@@ -48,6 +50,8 @@ struct MountCounters {
   bool metadata_warmup = false;  // the warm-up is opening recorded files now
   uint64_t metadata_warmed = 0, metadata_pins = 0;
   const fs::ChangeWatcher* watcher = nullptr;  // null: not in notify mode, every count 0
+  const fs::PageCachePusher* pusher = nullptr;  // null: pushing off, every count 0
+  const fs::AccessWatcher* access = nullptr;    // null: none running, every count 0
   // Without a prefetcher the snapshot has none of its keys (nor the four below).
   std::optional<prefetch::PrefetcherStats> prefetch;
   uint64_t prefetch_threads = 0, prefetch_iops_limit = 0, prefetch_bandwidth_limit = 0;

@@ -56,6 +56,8 @@ struct MountOptions {
   uint64_t prefetch_iops = 0;
   uint64_t prefetch_bandwidth = 0;
   bool prefetch_pacing = true;  // pace readahead by its source latency (source_pacer.h)
+  // Move readahead's bytes into the kernel's page cache (fs/page_cache_pusher.h).
+  bool page_cache_push = true;
 
   // Observability (daemon/metrics.h): Prometheus text exposition, both off by default.
   std::string metrics_listen;             // "HOST:PORT"; loopback only unless allowed

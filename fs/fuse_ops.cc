@@ -308,9 +308,15 @@ void DoRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) noexcept {
 }
 
 void DoInit(void* userdata, struct fuse_conn_info* conn) noexcept {
-  // Readdirplus only where the kernel thinks it pays (a scan that stats what it lists).
+  // Readdirplus only where the kernel thinks it pays (a scan that stats what it lists),
+  // or always when pushing pages wants the inodes known (FuseContext).
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
-  if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  const auto* ctx = static_cast<const FuseContext*>(userdata);
+  if (ctx->readdirplus_always) {
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  } else if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) {
+    conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  }
   // The daemon alone says when the kernel's pages are stale: the watcher ("notify"),
   // the open that finds the file changed ("open"). The kernel must not drop them on
   // its own when fresh attributes show a new mtime (auto_inval_data): a drop while a

@@ -65,6 +65,10 @@ class RequestCounters {
 struct FuseContext {
   Filesystem* fs = nullptr;  // set before mounting
   RequestCounters counters;
+  // Every listing with attributes (READDIRPLUS), not only the first chunk of one
+  // (libfuse's default READDIRPLUS_AUTO): a listed file's inode is then in the kernel
+  // before its first open, so readahead can push its bytes (fs/page_cache_pusher.h).
+  bool readdirplus_always = false;  // set before mounting
 };
 
 // Invalidates the kernel's caches through the session (for the ChangeWatcher).

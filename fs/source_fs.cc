@@ -181,6 +181,7 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   inodes_.NoteKernelAttrs(*inode, *st);  // the LOOKUP's reply carries them
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
+    if (AccessWatcher* access = access_.load()) access->Watch(*inode);
   }
   return Entry{inode->nodeid, *st};
 }
@@ -214,6 +215,11 @@ void SourceFs::WarmMetadata(std::vector<std::string> paths,
                             const MetadataWarmup::Options& options) {
   warmup_ = std::make_unique<MetadataWarmup>(inodes_.root()->path_fd.get(), std::move(paths),
                                              inodes_, options);
+}
+
+void SourceFs::AttachAccessWatcher(AccessWatcher* access) {
+  access_.store(access);
+  if (access) access->Watch(*inodes_.root());
 }
 
 void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
@@ -543,7 +549,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
-  NoteDemandRead(prefetcher_, *this, *fh.inode(), offset);
+  if (access_.load() == nullptr) NoteDemandRead(prefetcher_, *this, *fh.inode(), offset);
   auto fd = fh.Fd();
   if (!fd.ok()) return fd.status();
   // The kernel's page cache is one per file, shared by every open: a read for an
@@ -660,7 +666,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   const auto seen = InodeTable::Observe(**inode);
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
-  NoteDemandRead(prefetcher_, *this, **inode, offset);
+  if (access_.load() == nullptr) NoteDemandRead(prefetcher_, *this, **inode, offset);
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
   if (data.ok()) CheckKernelCache(**inode, opened->second, seen);
   return data;

@@ -33,6 +33,7 @@
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "cache/cache.h"
+#include "fs/access_watcher.h"
 #include "fs/change_watcher.h"
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"
@@ -147,6 +148,7 @@ class SourceFs {
   void AttachKernel(ChangeWatcher* watcher, Invalidator* kernel);
 
   const InodeTable& inodes() const { return inodes_; }
+  InodeTable& inodes() { return inodes_; }
 
   // After a restart: brings the source's metadata of `paths` (relative to the root, the
   // files the last epoch read) into memory ahead of the first epoch's lookups, and holds
@@ -193,6 +195,12 @@ class SourceFs {
   Result<prefetch::PlannedFile> ResolvePlanEntry(const std::string& path, Caller caller) const;
   // The node's path relative to the source root, as last looked up.
   std::string RelativePath(const Inode& inode) const;
+
+  // From now on opens are reported to the prefetcher by `access` (which marks every
+  // directory looked up from now on, and the root now), not demand reads; null: demand
+  // reads again. Detach before `access` goes.
+  void AttachAccessWatcher(AccessWatcher* access);
+  const AccessWatcher* access_watcher() const { return access_.load(); }
 
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
@@ -244,6 +252,7 @@ class SourceFs {
   cache::Cache* const cache_;
   const bool running_as_root_;
   std::atomic<ChangeWatcher*> watcher_{nullptr};  // AttachKernel
+  std::atomic<AccessWatcher*> access_{nullptr};   // AttachAccessWatcher
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<uint64_t> open_relookups_{0};

@@ -64,6 +64,10 @@ constexpr size_t kStreamBatch = 64;
 // one place at a time would otherwise turn streaming into one small read per file.
 constexpr uint32_t kMinStreamBatch = 16;
 
+// At most this many files wait for their inode to be pushed (RetryPushes): a bound,
+// not a size the RAM tier cannot hold anyway.
+constexpr size_t kMaxUnpushed = 1 << 16;
+
 // A plan entry the full file table did not take (PrefetcherOptions::file_table_bytes).
 constexpr uint32_t kUntracked = UINT32_MAX;
 
@@ -111,6 +115,7 @@ class PrefetcherImpl final : public Prefetcher {
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
   void Publish(std::vector<PlannedFile> plan) override;
+  void AttachKernelPages(KernelPages* pages) override { kernel_pages_.store(pages); }
   std::vector<std::string> KnownPaths() const override;
   PrefetcherStats Stats() const override;
 
@@ -174,6 +179,12 @@ class PrefetcherImpl final : public Prefetcher {
   // Streams what the SSD tier holds of `batch` into RAM; returns the rest.
   std::vector<Candidate> StreamBatch(std::vector<Candidate> batch);
   void Fetch(const Candidate& candidate);
+  // Moves a file readahead just brought into RAM on into the kernel's page cache, if a
+  // KernelPages is attached and the reader has not read it yet.
+  void PushToKernel(const cache::SourceIdentity& id) EXCLUDES(mu_);
+  // Tries again the pushes the kernel could not take for want of the inode (the files
+  // were read ahead before their first LOOKUP or listing); called by idle workers.
+  void RetryPushes() EXCLUDES(mu_);
   void WaitForDemandReads() const;
   void LoadRecord();
   void SaveRecordLocked() REQUIRES(mu_);
@@ -241,6 +252,9 @@ class PrefetcherImpl final : public Prefetcher {
   uint64_t file_table_bytes_ GUARDED_BY(mu_) = 0;  // charged for catalog_
   uint64_t files_untracked_ GUARDED_BY(mu_) = 0;
 
+  std::atomic<KernelPages*> kernel_pages_{nullptr};  // AttachKernelPages
+  // Files in RAM whose push found no inode in the kernel yet (RetryPushes).
+  std::vector<cache::SourceIdentity> unpushed_ GUARDED_BY(mu_);
   std::vector<std::thread> workers_;
 };
 
@@ -605,6 +619,11 @@ void PrefetcherImpl::Work() {
         }
         batch = TakeBatchLocked(streaming ? kStreamBatch : 1);
         if (!batch.empty()) break;
+        if (!unpushed_.empty()) {
+          lock.Unlock();
+          RetryPushes();
+          lock.Lock();
+        }
         lock.WaitFor(cv_, kIdleWait);
       }
     }
@@ -656,18 +675,23 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
   }
   WaitForDemandReads();
   const std::vector<bool> in_ram = cache_->StreamFromSsd(ids);
-  MutexLock lock(mu_);
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const FileKey key{ids[k].dev, ids[k].ino};
-    if (!batch[which[k]].key) prefetched_.insert(key);
-    if (accessed_.count(key) != 0) continue;  // the reader got there first
-    if (in_ram[k]) {
-      ++prefetched_count_;
-      landed_.insert(key);
-    } else {
-      rest.push_back(std::move(batch[which[k]]));
+  std::vector<cache::SourceIdentity> to_push;
+  {
+    MutexLock lock(mu_);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const FileKey key{ids[k].dev, ids[k].ino};
+      if (!batch[which[k]].key) prefetched_.insert(key);
+      if (accessed_.count(key) != 0) continue;  // the reader got there first
+      if (in_ram[k]) {
+        ++prefetched_count_;
+        landed_.insert(key);
+        to_push.push_back(ids[k]);
+      } else {
+        rest.push_back(std::move(batch[which[k]]));
+      }
     }
   }
+  for (const cache::SourceIdentity& id : to_push) PushToKernel(id);
   return rest;
 }
 
@@ -705,7 +729,45 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   if (done->chunks_in_ram > 0 && accessed_.count(key) == 0) {
     ++prefetched_count_;
     landed_.insert(key);
+    lock.Unlock();
+    PushToKernel(opened->id);
   }
+}
+
+void PrefetcherImpl::PushToKernel(const cache::SourceIdentity& id) {
+  KernelPages* pages = kernel_pages_.load();
+  if (pages == nullptr) return;
+  {
+    MutexLock lock(mu_);
+    if (accessed_.count(FileKey{id.dev, id.ino}) != 0) return;  // the reader got there first
+  }
+  if (pages->Push(id) != PushResult::kNotKnown) return;
+  MutexLock lock(mu_);
+  if (unpushed_.size() < kMaxUnpushed) unpushed_.push_back(id);
+}
+
+void PrefetcherImpl::RetryPushes() {
+  KernelPages* pages = kernel_pages_.load();
+  std::vector<cache::SourceIdentity> retry;
+  {
+    MutexLock lock(mu_);
+    if (pages == nullptr || unpushed_.empty()) return;
+    retry.swap(unpushed_);
+  }
+  std::vector<cache::SourceIdentity> still;
+  for (const cache::SourceIdentity& id : retry) {
+    {
+      MutexLock lock(mu_);
+      if (stop_) return;
+      if (accessed_.count(FileKey{id.dev, id.ino}) != 0) continue;  // read meanwhile
+    }
+    // Gone from RAM meanwhile (evicted, or read and replaced): nothing to push.
+    if (!cache_->HoldsInRam(id)) continue;
+    if (!pages->Knows(id) || pages->Push(id) == PushResult::kNotKnown) still.push_back(id);
+  }
+  MutexLock lock(mu_);
+  still.insert(still.end(), unpushed_.begin(), unpushed_.end());
+  unpushed_.swap(still);
 }
 
 PrefetcherStats PrefetcherImpl::Stats() const {

@@ -50,6 +50,7 @@
 #include "base/counters.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "prefetcher/kernel_pages.h"
 #include "prefetcher/source_pacer.h"
 #include "prefetcher/source_tree.h"
 
@@ -178,6 +179,11 @@ class Prefetcher {
 
   // Replaces the plan and starts a new epoch with it (an empty plan drops it).
   virtual void Publish(std::vector<PlannedFile> plan) = 0;
+
+  // From now on, files readahead brings into RAM move on into the kernel's page cache
+  // through `pages` (null: no more). Set once the FUSE session exists; set back to null
+  // before `pages` goes away (a push already running finishes on its own).
+  virtual void AttachKernelPages(KernelPages* pages) = 0;
 
   // The paths of every file known so far (those the epoch record remembered at
   // creation, then those read since), in no particular order. The metadata warm-up

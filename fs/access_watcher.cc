@@ -1,0 +1,158 @@
+#include "fs/access_watcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/fanotify.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fs/source_fs.h"
+#include "spdlog/spdlog.h"
+
+namespace epochfs::fs {
+
+Result<std::unique_ptr<AccessWatcher>> AccessWatcher::Start(std::filesystem::path mountpoint,
+                                                            const SourceFs& fs,
+                                                            prefetch::Prefetcher& prefetcher) {
+  UniqueFd fan(::fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID,
+                               O_RDONLY | O_CLOEXEC));
+  if (!fan) return Status::FromErrno(errno, "fanotify_init");
+  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake) return Status::FromErrno(errno, "eventfd");
+  return std::unique_ptr<AccessWatcher>(new AccessWatcher(
+      std::move(mountpoint), std::move(fan), std::move(wake), fs, prefetcher));
+}
+
+AccessWatcher::AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd,
+                             UniqueFd wake_fd, const SourceFs& fs,
+                             prefetch::Prefetcher& prefetcher)
+    : mountpoint_(std::move(mountpoint)),
+      fanotify_fd_(std::move(fanotify_fd)),
+      wake_fd_(std::move(wake_fd)),
+      fs_(fs),
+      prefetcher_(prefetcher),
+      thread_([this] { Run(); }) {}
+
+AccessWatcher::~AccessWatcher() {
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+  }
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_.get(), &one, sizeof(one));
+  thread_.join();
+}
+
+void AccessWatcher::Watch(const Inode& dir) {
+  {
+    MutexLock lock(mu_);
+    if (!marked_.insert(dir.nodeid).second) return;
+    queued_.push_back(dir.nodeid);
+  }
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_.get(), &one, sizeof(one));
+}
+
+void AccessWatcher::Run() {
+  while (true) {
+    struct pollfd fds[2] = {{fanotify_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
+      spdlog::warn("access watcher: poll: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents & POLLIN) {
+      uint64_t n;
+      (void)!::read(wake_fd_.get(), &n, sizeof(n));
+      {
+        MutexLock lock(mu_);
+        if (stop_) return;
+      }
+      MarkQueued();
+    }
+    if (fds[0].revents & POLLIN) ReadEvents();
+  }
+}
+
+void AccessWatcher::MarkQueued() {
+  std::vector<uint64_t> queued;
+  {
+    MutexLock lock(mu_);
+    queued.swap(queued_);
+  }
+  for (uint64_t nodeid : queued) {
+    std::shared_ptr<Inode> dir = fs_.inodes().Find(nodeid);
+    if (!dir) continue;  // forgotten meanwhile
+    const std::string relative = nodeid == kRootNodeId ? std::string() : fs_.RelativePath(*dir);
+    const std::filesystem::path path = relative.empty() ? mountpoint_ : mountpoint_ / relative;
+    // Resolving the path may send LOOKUPs to this daemon: fine, from this thread.
+    if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR,
+                        FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str()) == 0) {
+      marks_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      if (mark_failures_.fetch_add(1, std::memory_order_relaxed) == 0) {
+        spdlog::warn("access watcher: cannot mark {} ({}): opens there reach the prefetcher "
+                     "only as demand reads; logged once",
+                     path.string(), std::strerror(errno));
+      }
+      MutexLock lock(mu_);
+      marked_.erase(nodeid);  // a later lookup may try again
+    }
+  }
+}
+
+void AccessWatcher::ReadEvents() {
+  alignas(struct fanotify_event_metadata) char buf[16384];
+  const pid_t self = ::getpid();
+  while (true) {
+    const ssize_t len = ::read(fanotify_fd_.get(), buf, sizeof(buf));
+    if (len <= 0) return;  // EAGAIN: drained
+    const auto* event = reinterpret_cast<const struct fanotify_event_metadata*>(buf);
+    ssize_t left = len;
+    for (; FAN_EVENT_OK(event, left); event = FAN_EVENT_NEXT(event, left)) {
+      if (event->vers != FANOTIFY_METADATA_VERSION) continue;
+      if (event->mask & FAN_Q_OVERFLOW) {
+        spdlog::debug("access watcher: event queue overflowed");
+        continue;
+      }
+      if (event->pid == self || !(event->mask & FAN_OPEN)) continue;
+      if (event->metadata_len + sizeof(struct fanotify_event_info_fid) > event->event_len) continue;
+      const auto* info = reinterpret_cast<const struct fanotify_event_info_fid*>(
+          reinterpret_cast<const char*>(event) + event->metadata_len);
+      if (info->hdr.info_type != FAN_EVENT_INFO_TYPE_FID) continue;
+      const auto* handle = reinterpret_cast<const struct file_handle*>(info->handle);
+      if (handle->handle_bytes < 8) continue;
+      // A FUSE file handle starts with the node id, high half first (fuse_encode_fh).
+      uint32_t words[2];
+      std::memcpy(words, handle->f_handle, sizeof(words));
+      const uint64_t nodeid = (uint64_t{words[0]} << 32) | words[1];
+      std::shared_ptr<Inode> inode = fs_.inodes().Find(nodeid);
+      if (!inode || inode->is_dir) continue;  // a control file, or forgotten already
+      opens_.fetch_add(1, std::memory_order_relaxed);
+      prefetcher_.OnRead(prefetch::FileKey{inode->dev, inode->ino}, fs_.RelativePath(*inode), 0);
+    }
+  }
+}
+
+void AccessWatcher::VisitCounters(const AccessWatcher* watcher, const CounterVisitor& visit) {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kGauge = CounterKind::kGauge;
+  uint64_t opens = 0, marks = 0, failures = 0;
+  if (watcher) {
+    opens = watcher->opens_.load();
+    marks = watcher->marks_.load();
+    failures = watcher->mark_failures_.load();
+  }
+  visit(CounterInfo{"access_opens", "Opens of files through the mount seen by fanotify.", kCounter}
+            .Show({.row = "opens seen", .label = ""}),
+        opens);
+  visit(CounterInfo{"access_marks", "Directories of the mount marked for fanotify.", kGauge}
+            .Show({.row = "opens seen", .label = "directories"}),
+        marks);
+  visit(CounterInfo{"access_mark_failures", "Directories that could not be marked.", kCounter}
+            .Show({.row = "opens seen", .label = "unmarked"}),
+        failures);
+}
+
+}  // namespace epochfs::fs

@@ -1,0 +1,79 @@
+// AccessWatcher: tells the prefetcher which files are opened through the mount, also
+// when the open and the read never reach the daemon (pages pushed into the kernel's
+// page cache, fs/page_cache_pusher.h; "notify" mode opens). Without it the prefetcher
+// would lose track of the epoch exactly when readahead works best.
+//
+// How (docs/architecture.md, "Seeing reads that reach no daemon"): fanotify, with an
+// inode mark on each directory of the mount the kernel knows (FAN_OPEN on its
+// children) and FAN_REPORT_FID. Mount and filesystem marks are refused on FUSE (no
+// fsid), an inode mark is not; with FID reporting an event carries the file's handle
+// instead of an open fd, and a FUSE handle holds the node id: an event costs no FUSE
+// request at all. Marks are made on this class's own thread, through the mount's path
+// (a directory the kernel just looked up is already in its cache).
+//
+// When fanotify is unavailable (not root, an old kernel) Start() fails; the daemon then
+// keeps reporting demand reads as accesses, and does not push pages.
+//
+// Thread-safety: Watch() is thread-safe and never blocks on the kernel; one thread
+// makes marks, reads events and calls the prefetcher.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "base/counters.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "base/unique_fd.h"
+#include "fs/inode_table.h"
+#include "prefetcher/prefetcher.h"
+
+namespace epochfs::fs {
+
+class SourceFs;
+
+class AccessWatcher {
+ public:
+  // Starts the thread. `fs` (for node ids and paths) and `prefetcher` outlive it.
+  static Result<std::unique_ptr<AccessWatcher>> Start(std::filesystem::path mountpoint,
+                                                      const SourceFs& fs,
+                                                      prefetch::Prefetcher& prefetcher);
+  ~AccessWatcher();
+  AccessWatcher(const AccessWatcher&) = delete;
+  AccessWatcher& operator=(const AccessWatcher&) = delete;
+
+  // Marks directory node `dir` (once; queued for the thread).
+  void Watch(const Inode& dir);
+
+  uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
+  // Names the counters (base/counters.h); `watcher` may be null (none running).
+  static void VisitCounters(const AccessWatcher* watcher, const CounterVisitor& visit);
+
+ private:
+  AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd, UniqueFd wake_fd,
+                const SourceFs& fs, prefetch::Prefetcher& prefetcher);
+  void Run();
+  void MarkQueued();
+  void ReadEvents();
+
+  const std::filesystem::path mountpoint_;
+  UniqueFd fanotify_fd_;
+  UniqueFd wake_fd_;  // eventfd: something queued, or stop
+  const SourceFs& fs_;
+  prefetch::Prefetcher& prefetcher_;
+
+  Mutex mu_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark
+  std::unordered_set<uint64_t> marked_ GUARDED_BY(mu_);  // queued or marked already
+  std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0};
+  std::thread thread_;
+};
+
+}  // namespace epochfs::fs

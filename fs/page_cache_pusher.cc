@@ -1,0 +1,203 @@
+#include "fs/page_cache_pusher.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <mutex>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+namespace epochfs::fs {
+
+PageCachePusher::PageCachePusher() : drop_thread_([this] { RunDrops(); }) {}
+
+PageCachePusher::~PageCachePusher() {
+  Detach();
+  {
+    MutexLock lock(drops_mu_);
+    stop_ = true;
+  }
+  drops_cv_.notify_all();
+  drop_thread_.join();
+}
+
+void PageCachePusher::Attach(struct fuse_session* session, InodeTable& inodes,
+                             cache::Cache& cache, Invalidator& invalidator) {
+  std::unique_lock attached(attach_mu_);
+  session_ = session;
+  inodes_ = &inodes;
+  cache_ = &cache;
+  invalidator_ = &invalidator;
+}
+
+void PageCachePusher::Detach() {
+  std::unique_lock attached(attach_mu_);  // waits for the pushes in flight
+  session_ = nullptr;
+  inodes_ = nullptr;
+  cache_ = nullptr;
+  invalidator_ = nullptr;
+}
+
+Result<cache::SourceIdentity> PageCachePusher::StatNow(const Inode& node) const {
+  struct ::stat st {};
+  if (node.path_fd) {
+    if (::fstat(node.path_fd.get(), &st) < 0) return Status::FromErrno(errno, "fstat");
+  } else {
+    const Location loc = inodes_->LocationOf(node);
+    if (!loc.parent) return Status::Stale("no parent");
+    if (::fstatat(loc.dir_fd(), loc.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      return Status::FromErrno(errno, "fstatat");
+    }
+  }
+  return cache::SourceIdentity::FromStat(st);
+}
+
+bool PageCachePusher::MayStore(Inode& node, const cache::SourceIdentity& file,
+                               const InodeTable::Observation& seen) {
+  if (seen.during_change) return false;  // a write through the mount is under way
+  if (cache::WallClockNs() < InodeTable::RacilyCleanUntil(file)) return false;
+  Result<cache::SourceIdentity> now = StatNow(node);
+  if (!now.ok() || !(*now == file)) return false;
+  // The kernel must believe this size already: a store past its i_size would extend it.
+  if (!inodes_->KernelAttrsShow(node, file, seen)) return false;
+  switch (inodes_->SwapKernelCacheId(node, file, seen)) {
+    case InodeTable::CacheMatch::kSame:
+    case InodeTable::CacheMatch::kUnknown:
+      return true;
+    case InodeTable::CacheMatch::kChanged:
+    case InodeTable::CacheMatch::kRecent:
+      // The kernel's pages are of an older file: they go before these come (we are not
+      // inside a request, so the kernel may be told here).
+      invalidator_->InvalidateInode(node.nodeid);
+      return true;
+  }
+  return false;
+}
+
+prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
+  using prefetch::PushResult;
+  std::shared_lock attached(attach_mu_);
+  if (session_ == nullptr) return PushResult::kRefused;
+  std::shared_ptr<Inode> node = inodes_->FindBySource(file.dev, file.ino);
+  if (!node) {
+    not_known_.fetch_add(1, std::memory_order_relaxed);
+    return PushResult::kNotKnown;
+  }
+  if (node->is_dir) return PushResult::kRefused;
+  bool stored = false;
+  bool forgotten = false;
+  {
+    MutexLock order(node->open_order);
+    const InodeTable::Observation seen = InodeTable::Observe(*node);
+    if (!MayStore(*node, file, seen)) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return PushResult::kRefused;
+    }
+    const uint64_t nodeid = node->nodeid;
+    stored = cache_->MoveToKernel(file, [&](uint64_t offset, std::span<const char> bytes) {
+      struct fuse_bufvec buf = FUSE_BUFVEC_INIT(bytes.size());
+      buf.buf[0].mem = const_cast<char*>(bytes.data());
+      const int err = fuse_lowlevel_notify_store(session_, nodeid, offset, &buf,
+                                                 static_cast<fuse_buf_copy_flags>(0));
+      if (err == -ENOENT) {
+        not_known_.fetch_add(1, std::memory_order_relaxed);  // forgotten meanwhile
+        forgotten = true;
+      } else if (err != 0) {
+        store_errors_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("notify_store node {}: {}", nodeid, err);
+      }
+      return err == 0;
+    });
+    // Stat after store: a change the first check missed is caught here; a later one
+    // reaches the watcher (or the next open) after the store, whose drop then follows it.
+    const InodeTable::Observation after = InodeTable::Observe(*node);
+    Result<cache::SourceIdentity> now = StatNow(*node);
+    if (after.during_change || after.changes_made != seen.changes_made || !now.ok() ||
+        !(*now == file)) {
+      invalidator_->InvalidateInode(nodeid);
+      cache_->Invalidate(file.dev, file.ino);
+      dropped_after_.fetch_add(1, std::memory_order_relaxed);
+      return PushResult::kRefused;
+    }
+  }
+  if (!stored) return forgotten ? PushResult::kNotKnown : PushResult::kRefused;
+  pushed_files_.fetch_add(1, std::memory_order_relaxed);
+  pushed_bytes_.fetch_add(file.size, std::memory_order_relaxed);
+  return PushResult::kPushed;
+}
+
+bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
+  std::shared_lock attached(attach_mu_);
+  return inodes_ != nullptr && inodes_->FindBySource(file.dev, file.ino) != nullptr;
+}
+
+void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
+  {
+    MutexLock lock(drops_mu_);
+    drops_.emplace_back(dev, ino);
+  }
+  drops_cv_.notify_one();
+}
+
+void PageCachePusher::RunDrops() {
+  std::vector<std::pair<uint64_t, uint64_t>> batch;
+  while (true) {
+    {
+      MutexLock lock(drops_mu_);
+      while (!stop_ && drops_.empty()) lock.Wait(drops_cv_);
+      if (stop_) return;
+      batch.swap(drops_);
+    }
+    std::shared_lock attached(attach_mu_);
+    if (session_ == nullptr) {
+      batch.clear();
+      continue;
+    }
+    for (const auto& [dev, ino] : batch) {
+      std::shared_ptr<Inode> node = inodes_->FindBySource(dev, ino);
+      // A node the kernel forgot took its pages with it.
+      if (!node) continue;
+      // Attributes and pages: FUSE drops attributes with any page range.
+      fuse_lowlevel_notify_inval_inode(session_, node->nodeid, 0, 0);
+      drops_done_.fetch_add(1, std::memory_order_relaxed);
+    }
+    batch.clear();
+  }
+}
+
+PageCachePusher::Stats PageCachePusher::GetStats() const {
+  return Stats{pushed_files_.load(), pushed_bytes_.load(), not_known_.load(), refused_.load(),
+               store_errors_.load(), dropped_after_.load(), drops_done_.load()};
+}
+
+void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const CounterVisitor& visit) {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kBytes = Unit::kBytes;
+  const Stats s = pusher ? pusher->GetStats() : Stats{};
+  visit(CounterInfo{"pushed_files", "Files readahead put into the kernel's page cache.", kCounter}
+            .Show({.row = "page cache pushes", .label = "files"}),
+        s.pushed_files);
+  visit(CounterInfo{"pushed_bytes", "Bytes readahead put into the kernel's page cache.", kCounter}
+            .Show({.row = "page cache pushes", .label = "pushed", .unit = kBytes}),
+        s.pushed_bytes);
+  visit(CounterInfo{"push_not_known",
+                    "Pushes skipped: the kernel had not looked the file up yet.", kCounter}
+            .Show({.row = "page cache pushes", .label = "inode unknown"}),
+        s.not_known);
+  visit(CounterInfo{"push_refused",
+                    "Pushes skipped: the file changed, is being written, or the kernel "
+                    "believes another size.",
+                    kCounter}
+            .Show({.row = "page cache pushes", .label = "refused"}),
+        s.refused);
+  visit(CounterInfo{"push_errors", "Stores the kernel refused for another reason.", kCounter}
+            .Show({.row = "page cache pushes", .label = "errors"}),
+        s.store_errors);
+  visit(CounterInfo{"push_dropped_after",
+                    "Pushes found stale right after the store, dropped at once.", kCounter}
+            .Show({.row = "page cache pushes", .label = "dropped at once"}),
+        s.dropped_after);
+}
+
+}  // namespace epochfs::fs

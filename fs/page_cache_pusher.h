@@ -1,0 +1,117 @@
+// PageCachePusher: puts predicted bytes into the kernel's page cache
+// (fuse_lowlevel_notify_store), and drops them again when the RAM policy lets them go
+// (fuse_lowlevel_notify_inval_inode). The FUSE side of prefetch::KernelPages.
+//
+// What the kernel does with a store (docs/architecture.md, "Pushed pages", has the
+// measurements): it needs the inode in its cache (else ENOENT: a store cannot create
+// one); a page becomes up to date only when the store fills it from its start, so
+// whole files are stored; a store past the kernel's i_size extends it; the pages are
+// charged to the daemon's memory cgroup; they survive the next open only where the
+// kernel keeps its cache at open (always in "notify" mode, and in "open" mode when the
+// open finds the file unchanged: SourceFs::Open).
+//
+// Never a stale byte. A push is ordered against the file changing:
+//  - against an open ("open" mode), by the node's open_order lock: the push records the
+//    identity it stored as the kernel's (InodeTable::SwapKernelCacheId), so an open that
+//    finds the file changed drops the pages;
+//  - against a change underneath ("notify" mode), by stat-after-store: the file is
+//    checked once before and once after the store. A change before the second check is
+//    caught there (the pages are dropped at once); one after it reaches the
+//    ChangeWatcher later, whose drop then comes after the store;
+//  - against a write through the mount: no push while one is under way, and the pages
+//    are dropped if one started meanwhile. A write holds its pages locked until the
+//    WRITE is answered, so a store that raced it is done only after the write shows.
+//  Only bytes whose identity matches the source now, the kernel's attributes (so the
+//  store does not change i_size) and which are older than the racily clean window are
+//  pushed.
+//
+// Budget: the RAM tier charges the pushed bytes (cache::Cache::MoveToKernel) and tells
+// DropLater() when it lets them go; drops run on this class's own thread, because the
+// tier may let go inside a FUSE request, where notifying the kernel can deadlock.
+//
+// Thread-safety: thread-safe. Push and DropLater may be called from any thread; Detach
+// waits for pushes in flight.
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "base/counters.h"
+#include "base/thread_annotations.h"
+#include "cache/cache.h"
+#include "fs/change_watcher.h"
+#include "fs/inode_table.h"
+#include "prefetcher/kernel_pages.h"
+
+namespace epochfs::fs {
+
+class PageCachePusher final : public prefetch::KernelPages {
+ public:
+  // Made before the cache (whose CacheOptions::drop_kernel_pages calls DropLater) and
+  // attached once the session exists.
+  PageCachePusher();
+  ~PageCachePusher() override;
+  PageCachePusher(const PageCachePusher&) = delete;
+  PageCachePusher& operator=(const PageCachePusher&) = delete;
+
+  // From now on pushes go to `session` for the nodes of `inodes`, moving bytes out of
+  // `cache`; `invalidator` drops pages found stale after a push. All outlive Detach().
+  void Attach(struct fuse_session* session, InodeTable& inodes, cache::Cache& cache,
+              Invalidator& invalidator);
+  // No more pushes or drops; returns once the pushes in flight are done. Call before
+  // the session ends. Idempotent.
+  void Detach();
+
+  // prefetch::KernelPages
+  prefetch::PushResult Push(const cache::SourceIdentity& file) override;
+  bool Knows(const cache::SourceIdentity& file) const override;
+
+  // Queues a drop of file (dev, ino)'s pages (the RAM tier let go of them).
+  void DropLater(uint64_t dev, uint64_t ino);
+
+  struct Stats {
+    uint64_t pushed_files = 0;
+    uint64_t pushed_bytes = 0;
+    uint64_t not_known = 0;  // the kernel had no inode for the file (not looked up yet)
+    uint64_t refused = 0;    // changed, racily clean, other attributes, or being written
+    uint64_t store_errors = 0;
+    uint64_t dropped_after = 0;  // found changed right after the store: dropped at once
+    uint64_t drops = 0;          // drops the RAM policy asked for, done
+  };
+  Stats GetStats() const;
+  // Names the counters above (base/counters.h); `pusher` may be null (pushing off):
+  // they are then 0, so the stats keep their keys.
+  static void VisitCounters(const PageCachePusher* pusher, const CounterVisitor& visit);
+
+ private:
+  void RunDrops();
+  // Whether `node` is a file the kernel may get `file`'s bytes for; under open_order.
+  bool MayStore(Inode& node, const cache::SourceIdentity& file,
+                const InodeTable::Observation& seen);
+  Result<cache::SourceIdentity> StatNow(const Inode& node) const;
+
+  // Held shared by each push and exclusively by Attach/Detach.
+  mutable std::shared_mutex attach_mu_;
+  struct fuse_session* session_ = nullptr;
+  InodeTable* inodes_ = nullptr;
+  cache::Cache* cache_ = nullptr;
+  Invalidator* invalidator_ = nullptr;
+
+  Mutex drops_mu_;
+  std::condition_variable drops_cv_;
+  bool stop_ GUARDED_BY(drops_mu_) = false;
+  std::vector<std::pair<uint64_t, uint64_t>> drops_ GUARDED_BY(drops_mu_);
+
+  std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, not_known_{0}, refused_{0},
+      store_errors_{0}, dropped_after_{0}, drops_done_{0};
+  std::thread drop_thread_;
+};
+
+}  // namespace epochfs::fs
