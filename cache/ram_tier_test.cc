@@ -107,5 +107,77 @@ TEST(RamTierTest, InsertIfRoomNeverEvictsOrReplaces) {
   EXPECT_EQ(tier.Lookup(Key(1), Id(1))->data[0], 'a');
 }
 
+// Bytes moved into the kernel's page cache stay charged, as whole pages, until the
+// policy lets them go; then the kernel is told to drop them, once per file, and not
+// under the tier's lock (the callback takes the tier again).
+TEST(RamTierTest, KernelEntriesAreChargedAsPagesAndDroppedWhenTheyLeave) {
+  std::vector<uint64_t> dropped;
+  RamTier* self = nullptr;
+  const uint64_t budget = 3 * RamTier::KernelCharge(5000);
+  RamTier tier(budget, NewLruPolicy(), [&](uint64_t dev, uint64_t ino) {
+    EXPECT_EQ(dev, 1u);
+    EXPECT_FALSE(self->Contains(Key(ino)));  // would deadlock if called under the lock
+    dropped.push_back(ino);
+  });
+  self = &tier;
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(5000)));
+  auto bytes = tier.TakeForKernel(Key(1), Id(1));
+  ASSERT_TRUE(bytes);
+  EXPECT_EQ(bytes->size, 5000u);
+  EXPECT_FALSE(tier.TakeForKernel(Key(1), Id(1)));  // moved already
+  EXPECT_TRUE(tier.HoldsKernelEntry(Key(1), Id(1)));
+  EXPECT_FALSE(tier.HoldsBytes(Key(1), Id(1)));
+  EXPECT_TRUE(tier.Contains(Key(1)));
+  auto s = tier.GetStats();
+  EXPECT_EQ(s.kernel_bytes, RamTier::KernelCharge(5000));  // 8192 + bookkeeping
+  EXPECT_EQ(s.bytes, s.kernel_bytes);
+  EXPECT_EQ(s.kernel_entries, 1u);
+  // Three more entries of the same charge: the oldest, the kernel entry, is evicted.
+  for (uint64_t ino = 2; ino <= 4; ++ino) {
+    ASSERT_TRUE(tier.Insert(Key(ino), Id(ino), Bytes(5000)));
+    ASSERT_TRUE(tier.TakeForKernel(Key(ino), Id(ino)));
+    EXPECT_LE(tier.GetStats().bytes, budget);
+  }
+  EXPECT_EQ(dropped, std::vector<uint64_t>{1});
+  s = tier.GetStats();
+  EXPECT_EQ(s.kernel_entries, 3u);
+  EXPECT_EQ(s.kernel_drops, 1u);
+  // Erasing a file or finding it stale drops its pages too.
+  tier.EraseFile(1, 2);
+  EXPECT_FALSE(tier.Lookup(Key(3), Id(3, /*mtime=*/2)));
+  EXPECT_EQ(dropped, (std::vector<uint64_t>{1, 2, 3}));
+}
+
+// A read that reaches the daemon for a moved chunk means the kernel lost its pages: the
+// kernel entry is forgotten without a drop, and the read's fill replaces it.
+TEST(RamTierTest, AKernelEntryMissesAndIsForgottenWithoutADrop) {
+  int drops = 0;
+  RamTier tier(1 << 20, NewLruPolicy(), [&](uint64_t, uint64_t) { ++drops; });
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(5000)));
+  ASSERT_TRUE(tier.TakeForKernel(Key(1), Id(1)));
+  EXPECT_FALSE(tier.Lookup(Key(1), Id(1)));
+  EXPECT_FALSE(tier.Contains(Key(1)));
+  ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(5000)));
+  ASSERT_TRUE(tier.TakeForKernel(Key(2), Id(2)));
+  ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(5000, 'y')));
+  EXPECT_TRUE(tier.HoldsBytes(Key(2), Id(2)));
+  EXPECT_EQ(drops, 0);
+  EXPECT_EQ(tier.GetStats().kernel_entries, 0u);
+  EXPECT_EQ(tier.GetStats().kernel_bytes, 0u);
+}
+
+// A push that failed gives the bytes back: the entry serves hits again.
+TEST(RamTierTest, ReturnFromKernelRestoresTheBytes) {
+  RamTier tier(1 << 20, NewLruPolicy(), [](uint64_t, uint64_t) {});
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(5000, 'z')));
+  auto bytes = tier.TakeForKernel(Key(1), Id(1));
+  ASSERT_TRUE(bytes);
+  tier.ReturnFromKernel(Key(1), Id(1), std::move(*bytes));
+  auto hit = tier.Lookup(Key(1), Id(1));
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(std::string(hit->data, hit->size), std::string(5000, 'z'));
+  EXPECT_EQ(tier.GetStats().kernel_entries, 0u);
+}
+
 }  // namespace
 }  // namespace epochfs::cache

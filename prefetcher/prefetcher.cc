@@ -255,6 +255,7 @@ class PrefetcherImpl final : public Prefetcher {
   std::atomic<KernelPages*> kernel_pages_{nullptr};  // AttachKernelPages
   // Files in RAM whose push found no inode in the kernel yet (RetryPushes).
   std::vector<cache::SourceIdentity> unpushed_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point next_retry_ GUARDED_BY(mu_){};
   std::vector<std::thread> workers_;
 };
 
@@ -613,17 +614,22 @@ void PrefetcherImpl::Work() {
         }
         if (!streaming) WaitForBudgetLocked(lock);
         if (stop_) return;
+        // Files already in RAM first: with the tier full, pushing them is all there is
+        // to do, and it is what frees room (the kernel's pages are read without a READ).
+        if (!unpushed_.empty() && kernel_pages_.load() != nullptr &&
+            std::chrono::steady_clock::now() >= next_retry_) {
+          next_retry_ = std::chrono::steady_clock::now() + kIdleWait;
+          lock.Unlock();
+          RetryPushes();
+          lock.Lock();
+          continue;
+        }
         if (streaming && !RoomForStreamLocked()) {
           lock.WaitFor(cv_, kIdleWait);
           continue;
         }
         batch = TakeBatchLocked(streaming ? kStreamBatch : 1);
         if (!batch.empty()) break;
-        if (!unpushed_.empty()) {
-          lock.Unlock();
-          RetryPushes();
-          lock.Lock();
-        }
         lock.WaitFor(cv_, kIdleWait);
       }
     }
@@ -735,13 +741,14 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
 }
 
 void PrefetcherImpl::PushToKernel(const cache::SourceIdentity& id) {
+  if (!options_.push_to_kernel) return;
   KernelPages* pages = kernel_pages_.load();
-  if (pages == nullptr) return;
   {
     MutexLock lock(mu_);
     if (accessed_.count(FileKey{id.dev, id.ino}) != 0) return;  // the reader got there first
   }
-  if (pages->Push(id) != PushResult::kNotKnown) return;
+  // Not attached yet (readahead starts before the mount answers): pushed once it is.
+  if (pages != nullptr && pages->Push(id) != PushResult::kNotKnown) return;
   MutexLock lock(mu_);
   if (unpushed_.size() < kMaxUnpushed) unpushed_.push_back(id);
 }

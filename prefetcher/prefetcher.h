@@ -119,6 +119,9 @@ struct PrefetcherOptions {
   // file); 0: no bound. Files first seen beyond it are served but not tracked: no
   // readahead, no epoch bookkeeping for them (counted in files_untracked, logged once).
   uint64_t file_table_bytes = 0;
+  // Files readahead brings into RAM move on into the kernel's page cache once a
+  // KernelPages is attached (AttachKernelPages); those landed before are kept for then.
+  bool push_to_kernel = false;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
   // at each epoch boundary, loaded at Create); empty: nothing is kept.
   std::filesystem::path record_path;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -405,6 +406,166 @@ TEST_P(StreamTest, StreamingStaysWithinTheRamBudgetAndStopsAtUnmount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Consistency, StreamTest, ::testing::Values("notify", "open"));
+
+// Pushing into the kernel's page cache (fs/page_cache_pusher.h). After a restart the
+// record's files stream from the SSD tier; once the reader lists the data set (as
+// torchvision's DatasetFolder does), the kernel knows their inodes and readahead
+// stores their bytes in its page cache, where reading them sends no READ.
+class PushTest : public StreamTest {
+ protected:
+  // Lists every folder (READDIRPLUS: the kernel learns each file's inode).
+  void ListAll() {
+    for (const auto& dir : fsys::directory_iterator(mnt_)) {
+      if (!dir.is_directory() || dir.path().filename() == ".epochfs") continue;
+      for (const auto& e : fsys::directory_iterator(dir.path())) (void)e;
+    }
+  }
+  static std::string PushSummary(const Mount& m) {
+    std::string out;
+    const auto s = m.Stats();
+    for (const auto& [key, value] : s.items()) {
+      if (key.find("push") != std::string::npos || key.find("kernel_page") != std::string::npos ||
+          key.find("access") != std::string::npos || key == "epoch_accesses" ||
+          key == "ssd_streamed" || key == "pattern" || key == "requests") {
+        out += key + "=" + value.dump() + " ";
+      }
+    }
+    return out;
+  }
+  static uint64_t Requests(const nlohmann::json& s, const char* kind) {
+    return s["requests"][kind].get<uint64_t>();
+  }
+  // Bytes of the files' pages in the kernel's page cache (mincore through the mount).
+  uint64_t ResidentBytes(const std::vector<std::string>& names) {
+    const long page = ::sysconf(_SC_PAGESIZE);
+    uint64_t resident = 0;
+    for (const auto& name : names) {
+      const int fd = ::open((mnt_ / name).c_str(), O_RDONLY);
+      if (fd < 0) continue;
+      struct ::stat st {};
+      ::fstat(fd, &st);
+      if (st.st_size > 0) {
+        void* map = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (map != MAP_FAILED) {
+          std::vector<unsigned char> pages((st.st_size + page - 1) / page);
+          if (::mincore(map, st.st_size, pages.data()) == 0) {
+            for (unsigned char p : pages) resident += (p & 1) ? page : 0;
+          }
+          ::munmap(map, st.st_size);
+        }
+      }
+      ::close(fd);
+    }
+    return resident;
+  }
+};
+
+// Pushed files are read with no READ at all; the prefetcher still sees every open (the
+// access watcher); and a file changed underneath after its bytes were pushed is read
+// with its new bytes, in both modes: same size with the old mtime put back, larger,
+// and emptied.
+TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
+  const auto names = FillAndUnmount(300, {});
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ListAll();
+  EXPECT_GE(WaitFor(*m, "pushed_files", 300), 300u) << PushSummary(*m);
+  auto s = m->Stats();
+  ASSERT_GE(s["access_marks"].get<uint64_t>(), 5u) << s.dump();  // the root and 4 folders
+  EXPECT_LE(s["kernel_page_bytes"].get<uint64_t>(), s["ram_bytes"].get<uint64_t>());
+  const uint64_t reads_before = Requests(s, "read");
+
+  std::map<std::string, std::string> changed;
+  changed[names[10]] = RandomBytes(kSize, 700'010);
+  WriteFile(src_ / names[10], changed[names[10]]);
+  AgeFile(src_ / names[10], 3600);  // the old mtime back: only ctime tells
+  changed[names[20]] = RandomBytes(kSize + 5000, 700'020);
+  WriteFile(src_ / names[20], changed[names[20]]);
+  changed[names[30]] = "";
+  WriteFile(src_ / names[30], "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
+
+  ShuffledEpoch(names, 4, changed);
+  s = m->Stats();
+  // Only the changed files (a few reads each) reached the daemon.
+  EXPECT_LE(Requests(s, "read") - reads_before, 20u) << s.dump();
+  EXPECT_GE(s["access_opens"].get<uint64_t>(), 300u) << s.dump();
+  EXPECT_EQ(s["epoch_accesses"], 300) << s.dump();
+  // And again, with the kernel's pages as they are now.
+  ShuffledEpoch(names, 5, changed);
+}
+
+// A damaged pack entry is never pushed: it fails its checksum while streaming, and the
+// file is read from the source.
+TEST_P(PushTest, ACorruptPackEntryIsNeverPushed) {
+  const auto names = FillAndUnmount(300, {});
+  const fsys::path pack = OnlyPack(cache_);
+  ASSERT_FALSE(pack.empty());
+  {
+    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fsys::file_size(pack) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ListAll();
+  EXPECT_GE(WaitFor(*m, "pushed_files", 300), 300u) << PushSummary(*m);
+  ShuffledEpoch(names, 3);  // every byte checked
+  auto s = m->Stats();
+  EXPECT_EQ(s["corrupt_entries"], 1) << s.dump();
+  // Readahead read the damaged file from the source, and pushed those bytes.
+  EXPECT_EQ(s["pushed_files"], 300) << s.dump();
+  EXPECT_EQ(s["source_reads"], 1) << s.dump();
+}
+
+// The pages pushed never exceed --ram's RAM tier, counted by the daemon and measured in
+// the kernel (mincore); as the epoch reads them, the files read are dropped and others
+// pushed in their place; pushing stops at unmount.
+TEST_P(PushTest, PushedPagesStayWithinTheRamBudgetAndStopAtUnmount) {
+  const auto names = FillAndUnmount(1000, {"--ram", "48M"});  // 48 MB of files
+  auto m = MountIt({"--ram", "48M"});
+  ASSERT_TRUE(m->ok());
+  ListAll();
+  WaitFor(*m, "pushed_files", 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // until the tier is full
+  auto s = m->Stats();
+  const uint64_t budget = s["ram_tier_budget_bytes"].get<uint64_t>();
+  ASSERT_GT(s["pushed_files"].get<uint64_t>(), 100u) << s.dump();
+  EXPECT_LE(s["kernel_page_bytes"].get<uint64_t>(), budget) << s.dump();
+  // Measured in the kernel, with slack: the measurement's own opens count as reads
+  // (fanotify sees them), so files it walked are dropped and others pushed meanwhile,
+  // and a drop runs on the pusher's thread just after the tier lets the pages go.
+  EXPECT_LE(ResidentBytes(names), budget + (4u << 20)) << s.dump();
+
+  auto order = names;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int n = std::stoi(order[i].substr(order[i].find('f') + 1, 5));
+    ASSERT_EQ(ReadFile(mnt_ / order[i]), RandomBytes(kSize, n)) << order[i];
+    if (i % 100 == 50) {
+      s = m->Stats();
+      ASSERT_LE(s["ram_bytes"].get<uint64_t>(), budget) << s.dump();
+      // Pushed pages within the budget, plus the pages of what the reader read through
+      // READs (its own, as with any file system).
+      const uint64_t served = s["ram_hit_bytes"].get<uint64_t>() +
+                              s["ssd_hit_bytes"].get<uint64_t>() + s["miss_bytes"].get<uint64_t>();
+      ASSERT_LE(ResidentBytes(names), budget + served + (4u << 20)) << s.dump();
+    }
+  }
+  s = m->Stats();
+  EXPECT_GT(s["pushed_files"].get<uint64_t>(), 500u) << s.dump();  // refilled as read
+  EXPECT_GT(s["kernel_page_drops"].get<uint64_t>(), 0u) << s.dump();
+  EXPECT_EQ(s["source_reads"], 0) << s.dump();
+  const uint64_t pushed = s["pushed_files"].get<uint64_t>();
+  ASSERT_TRUE(m->Unmount());
+  EXPECT_GT(pushed, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Consistency, PushTest, ::testing::Values("notify", "open"));
 
 
 
