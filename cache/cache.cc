@@ -728,7 +728,8 @@ void CacheStats::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "page cache pushes", .label = "chunks"}),
         kernel_entries);
   visit(CounterInfo{"kernel_page_drops",
-                    "Pushed chunks the RAM tier let go of, their pages dropped from the kernel.",
+                    "Pushed chunks the RAM tier let go of (their pages dropped under a memory limit, "
+                    "else left to the kernel's LRU).",
                     kCounter}
             .Show({.row = "page cache pushes", .label = "dropped"}),
         kernel_drops);

@@ -10,7 +10,8 @@
 
 namespace epochfs::fs {
 
-PageCachePusher::PageCachePusher() : drop_thread_([this] { RunDrops(); }) {}
+PageCachePusher::PageCachePusher(bool drop_when_let_go)
+    : drop_when_let_go_(drop_when_let_go), drop_thread_([this] { RunDrops(); }) {}
 
 PageCachePusher::~PageCachePusher() {
   Detach();
@@ -133,6 +134,7 @@ bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
 }
 
 void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
+  if (!drop_when_let_go_) return;
   {
     MutexLock lock(drops_mu_);
     drops_.emplace_back(dev, ino);
