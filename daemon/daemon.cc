@@ -303,7 +303,11 @@ Status Daemon::Start() {
   cache_options.read_around = options.prefetch_threads > 0;
   // The prefetcher's epoch-aware policy ranks the RAM tier.
   if (options.prefetch_pacing && options.prefetch_threads > 0) {
-    pacer_ = std::make_shared<prefetch::SourcePacer>(static_cast<double>(options.prefetch_iops));
+    // Depth from --prefetch up to 8 times that (at least 32): a latency-bound source
+    // takes tens of reads in flight (SourcePacer's depth).
+    pacer_ = std::make_shared<prefetch::SourcePacer>(
+        static_cast<double>(options.prefetch_iops), prefetch::SourcePacer::Clock::now,
+        options.prefetch_threads, std::max<uint32_t>(32, 8 * options.prefetch_threads));
     cache_options.demand_observer = pacer_.get();
   }
   // Readahead's bytes move on into the kernel's page cache, charged to the RAM tier
@@ -338,6 +342,7 @@ Status Daemon::Start() {
   prefetch::PrefetcherOptions prefetch_options;
   // --prefetch 0 keeps the epoch-aware policy and the plan file but reads nothing ahead.
   prefetch_options.threads = options.prefetch_threads;
+  prefetch_options.max_depth = pacer_ ? pacer_->max_depth() : options.prefetch_threads;
   prefetch_options.source_reads_per_s = options.prefetch_iops;
   prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
   prefetch_options.pacer = pacer_;

@@ -88,7 +88,12 @@ class PrefetcherImpl final : public Prefetcher {
         pace_(options_.pacer ? options_.pacer->rate() : 0, 0) {
     if (!options_.record_path.empty()) LoadRecord();
     if (cache_ != nullptr) {
-      for (uint32_t i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { Work(); });
+      // Beyond `threads`, workers that only read files one at a time, each active while
+      // the pacer's depth reaches it (source_pacer.h: a latency-bound source).
+      const uint32_t workers = options_.pacer && options_.threads > 0
+                                   ? std::max(options_.threads, options_.max_depth)
+                                   : options_.threads;
+      for (uint32_t i = 0; i < workers; ++i) workers_.emplace_back([this, i] { Work(i); });
     }
   }
 
@@ -166,7 +171,11 @@ class PrefetcherImpl final : public Prefetcher {
     ++prefetch_refused_;
     return true;
   }
-  void Work();
+  void Work(uint32_t index);
+  // Source reads readahead may have in flight now.
+  uint32_t DepthLocked() const REQUIRES(mu_) {
+    return options_.pacer ? std::max(options_.threads, options_.pacer->depth()) : options_.threads;
+  }
   // Whether the RAM policy has room for kMinStreamBatch more unread files (free room or
   // files already read this epoch to evict), beyond those in flight.
   bool RoomForStreamLocked() const REQUIRES(mu_) {
@@ -238,6 +247,7 @@ class PrefetcherImpl final : public Prefetcher {
   std::string listed_dir_ GUARDED_BY(mu_);
   std::vector<std::string> listed_names_ GUARDED_BY(mu_);  // of listed_dir_, sorted
   uint32_t inflight_ GUARDED_BY(mu_) = 0;  // candidates handed to workers and not finished
+  uint32_t source_inflight_ GUARDED_BY(mu_) = 0;  // Fetch() calls reading now (DepthLocked)
   bool save_failed_ GUARDED_BY(mu_) = false;  // warned once
   uint64_t prefetched_count_ GUARDED_BY(mu_) = 0;
   uint64_t prefetch_hits_ GUARDED_BY(mu_) = 0;
@@ -592,11 +602,14 @@ std::vector<Candidate> PrefetcherImpl::TakeBatchLocked(size_t max) {
   return batch;
 }
 
-void PrefetcherImpl::Work() {
+void PrefetcherImpl::Work(uint32_t index) {
   // Streaming, a worker takes a batch, streams what the SSD tier holds of it in pack
   // order (no source reads: no budget to wait for), then reads the rest one file at a
-  // time within the budget. Otherwise, one file at a time.
-  const bool streaming = options_.stream_from_ssd;
+  // time within the budget. Otherwise, one file at a time. A worker past `threads` (a
+  // deep queue for a latency-bound source) reads one file at a time, while the depth
+  // reaches it.
+  const bool extra = index >= options_.threads;
+  const bool streaming = options_.stream_from_ssd && !extra;
   while (true) {
     std::vector<Candidate> batch;
     {
@@ -625,6 +638,10 @@ void PrefetcherImpl::Work() {
           continue;
         }
         if (streaming && !RoomForStreamLocked()) {
+          lock.WaitFor(cv_, kIdleWait);
+          continue;
+        }
+        if (extra && index >= DepthLocked()) {
           lock.WaitFor(cv_, kIdleWait);
           continue;
         }
@@ -703,6 +720,20 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
 
 void PrefetcherImpl::Fetch(const Candidate& candidate) {
   WaitForDemandReads();
+  bool saturated = false;
+  {
+    MutexLock lock(mu_);
+    while (!stop_ && source_inflight_ >= DepthLocked()) lock.WaitFor(cv_, kIdleWait);
+    ++source_inflight_;
+    saturated = source_inflight_ >= DepthLocked();
+  }
+  struct SlotBack {
+    PrefetcherImpl* self;
+    ~SlotBack() {
+      MutexLock lock(self->mu_);
+      --self->source_inflight_;
+    }
+  } slot_back{this};
   auto opened = source_.Open(candidate.path);
   if (!opened.ok()) {
     MutexLock lock(mu_);
@@ -723,7 +754,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     pace_.Charge(done->source_reads, 0);
     if (options_.pacer) {
       options_.pacer->OnReadaheadRead(std::chrono::steady_clock::now() - started,
-                                      done->source_reads);
+                                      done->source_reads, saturated);
     }
   }
   MutexLock lock(mu_);
@@ -791,6 +822,7 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   if (options_.pacer) {
     s.pace_reads_per_s = options_.pacer->rate();
     s.pace_slowdowns = options_.pacer->slowdowns();
+    s.source_depth = std::max(options_.threads, options_.pacer->depth());
     const auto base = options_.pacer->base_latency();
     s.source_base_latency_us =
         base == std::chrono::steady_clock::duration::max()
@@ -881,6 +913,12 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
                     kGauge}
             .Show({.row = "readahead pace", .label = "source base latency us"}),
         source_base_latency_us);
+  visit(CounterInfo{"prefetch_source_depth",
+                    "Source reads readahead may have in flight now (deeper on a latency-bound "
+                    "source).",
+                    kGauge}
+            .Show({.row = "readahead pace", .label = "in flight"}),
+        source_depth);
   visit(CounterInfo{"plans_published", "Read plans written to .epochfs/plan.", kCounter}.Show(
             {.row = "read plan", .label = "published"}),
         plans_published);

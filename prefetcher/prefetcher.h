@@ -100,6 +100,9 @@ struct PrefetcherOptions {
   // Readahead workers = files in flight at most; 0: track and rank only, never read
   // ahead.
   uint32_t threads = 4;
+  // With a pacer: up to this many files in flight when the source is latency-bound
+  // (SourcePacer::depth); `threads` is the least.
+  uint32_t max_depth = 32;
   // How far ahead of the reader (files) readahead may go in an ordered pattern
   // (published, replay, sequential). Within it, the window follows the reader's rate:
   // about one second of its consumption, at least 16 files.
@@ -140,6 +143,7 @@ struct PrefetcherStats {
   double pace_reads_per_s = 0;    // the pacer's current rate (0: not pacing)
   uint64_t pace_slowdowns = 0;    // times the pacer saw reads queue and slowed down
   uint64_t source_base_latency_us = 0;  // the lowest recent readahead source read
+  uint32_t source_depth = 0;      // source reads readahead may have in flight now
   uint64_t plans_published = 0;
   uint64_t plan_entries = 0;      // entries of the current plan
   uint64_t plan_position = 0;     // furthest plan entry read so far

@@ -20,6 +20,19 @@
 // bear it. The base is the minimum over the last 10-20 s (two 10 s buckets), so it
 // follows a source whose speed changes.
 //
+// Depth. The rate says how often readahead may read the source; the depth says how
+// many of its reads may be in flight at once. A latency-bound source (a network
+// filesystem: each read waits a round trip) completes more reads per second with more
+// in flight; an IOPS-capped disk does not (each read only waits longer). So the depth
+// climbs a hill: while readahead keeps every slot busy (the depth is what holds it
+// back), a period doubles it, and the next period keeps the doubling only if reads
+// completed at least 15% faster for it; otherwise it is halved back and held for
+// kHoldPeriods before the next try. Separately, a period whose readahead reads took
+// over 4x the base latency + 2 ms shows the source queueing: late demand reads cut the
+// rate only then. On a latency-bound source a demand read is late by the network's own
+// jitter, not because readahead is ahead of it in a queue (measured on GlusterFS: the
+// rate was cut to 10 reads/s while the source could take many reads in flight).
+//
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
@@ -47,26 +60,34 @@ class SourcePacer final : public cache::DemandObserver {
   static constexpr auto kStep = std::chrono::milliseconds(100);
   static constexpr auto kBaseBucket = std::chrono::seconds(10);
   static constexpr auto kRatePeriod = std::chrono::milliseconds(500);
+  static constexpr auto kDepthPeriod = std::chrono::milliseconds(500);
+  static constexpr int kHoldPeriods = 6;  // 3 s between failed probes
 
-  // `cap`: the most reads/s (the user's --prefetch-iops; 0: none). `now` is injectable
-  // for tests.
-  explicit SourcePacer(double cap, std::function<Clock::time_point()> now = Clock::now);
+  // `cap`: the most reads/s (the user's --prefetch-iops; 0: none). Depth between
+  // `min_depth` and `max_depth` (starting at the least). `now` is injectable for tests.
+  explicit SourcePacer(double cap, std::function<Clock::time_point()> now = Clock::now,
+                       uint32_t min_depth = 4, uint32_t max_depth = 32);
 
   // A readahead fetch read `chunks` chunks from the source in `latency`. Every chunk
   // counts toward the rate readahead uses; only a one-chunk fetch's latency is one
-  // read's, so only it can lower the base.
-  void OnReadaheadRead(Clock::duration latency, uint32_t chunks = 1);
+  // read's, so only it can lower the base. `saturated`: every slot of the depth was
+  // taken when it started (readahead was held back by the depth, not by a lack of work).
+  void OnReadaheadRead(Clock::duration latency, uint32_t chunks = 1, bool saturated = false);
   // A demand read had to fill from the source and took `latency`.
   void OnDemandRead(Clock::duration latency);
   void OnDemandSourceRead(Clock::duration took) override { OnDemandRead(took); }
 
   double rate() const;  // reads/s readahead may issue now
+  uint32_t depth() const;  // source reads readahead may have in flight now
+  uint32_t max_depth() const { return max_depth_; }
+  bool queueing() const;   // the last period's readahead reads showed queueing
   Clock::duration base_latency() const;
   uint64_t slowdowns() const;  // times the rate was cut
 
  private:
   void StepLocked(Clock::time_point now) REQUIRES(mu_);
   void NoteLatencyLocked(Clock::time_point now, Clock::duration latency) REQUIRES(mu_);
+  void DepthStepLocked(Clock::time_point now) REQUIRES(mu_);
 
   const double cap_;
   const std::function<Clock::time_point()> now_;
@@ -83,6 +104,17 @@ class SourcePacer final : public cache::DemandObserver {
   double used_rate_ GUARDED_BY(mu_) = 0;  // readahead reads/s in the last complete period
   Clock::time_point last_readahead_ GUARDED_BY(mu_);  // the last readahead read of the source
   uint64_t slowdowns_ GUARDED_BY(mu_) = 0;
+  const uint32_t min_depth_, max_depth_;
+  uint32_t depth_ GUARDED_BY(mu_);
+  // Until a period shows otherwise, the source is taken to queue (an IOPS-capped disk
+  // is protected from the start).
+  bool queueing_ GUARDED_BY(mu_) = true;
+  Clock::time_point depth_start_ GUARDED_BY(mu_);
+  uint64_t depth_reads_ GUARDED_BY(mu_) = 0, depth_saturated_ GUARDED_BY(mu_) = 0;
+  Clock::duration depth_latency_sum_ GUARDED_BY(mu_){};
+  bool probing_ GUARDED_BY(mu_) = false;  // the last period doubled the depth
+  double rate_before_probe_ GUARDED_BY(mu_) = 0;  // reads/s before that doubling
+  int hold_periods_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace epochfs::prefetch

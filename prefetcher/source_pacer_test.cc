@@ -19,11 +19,12 @@ struct FakeClock {
   }
 };
 
-// Readahead reading, and a late demand read, in each of `cuts` 100 ms steps.
+// Readahead reading, queued as the demand reads are, and a late demand read, in each of
+// `cuts` 100 ms steps.
 void CutDown(SourcePacer& pacer, FakeClock& clock, int cuts) {
   for (int i = 0; i < cuts; ++i) {
     clock.t += milliseconds(100);
-    pacer.OnReadaheadRead(microseconds(500));
+    pacer.OnReadaheadRead(milliseconds(40));
     pacer.OnDemandRead(milliseconds(40));
   }
 }
@@ -163,6 +164,73 @@ TEST(SourcePacer, AnOldBaseIsForgotten) {
   clock.t += milliseconds(100);
   pacer.OnDemandRead(milliseconds(12));  // < 8 + 8 ms: on time at this source's speed
   EXPECT_EQ(pacer.slowdowns(), 0u);
+}
+
+// Simulates `seconds` of saturated readahead against a source that completes
+// depth / latency reads per second, with `latency(depth)` per read.
+template <typename Latency>
+void Saturate(SourcePacer& pacer, FakeClock& clock, double seconds, Latency latency) {
+  const Clock::time_point end = clock.t + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(seconds));
+  while (clock.t < end) {
+    const Clock::duration each = latency(pacer.depth());
+    clock.t += each / pacer.depth();  // depth reads in flight: one completes every each/depth
+    pacer.OnReadaheadRead(each, 1, /*saturated=*/true);
+  }
+}
+
+// A latency-bound source: each read takes 1 ms however many are in flight, so reads
+// complete faster with each doubling, up to the most; a demand read late by the
+// network's jitter does not cut the rate.
+TEST(SourcePacer, DepthGrowsOnALatencyBoundSourceAndJitterCutsNothing) {
+  FakeClock clock;
+  SourcePacer pacer(0, clock.fn(), /*min_depth=*/4, /*max_depth=*/32);
+  EXPECT_EQ(pacer.depth(), 4u);
+  EXPECT_TRUE(pacer.queueing());  // until shown otherwise
+  Saturate(pacer, clock, 4, [](uint32_t) { return milliseconds(1); });
+  EXPECT_EQ(pacer.depth(), 32u);
+  EXPECT_FALSE(pacer.queueing());
+  const double rate = pacer.rate();
+  for (int i = 0; i < 10; ++i) {
+    clock.t += milliseconds(100);
+    pacer.OnReadaheadRead(milliseconds(1), 1, true);
+    pacer.OnDemandRead(milliseconds(9));  // late, but the source is not queueing
+  }
+  EXPECT_EQ(pacer.slowdowns(), 0u);
+  EXPECT_GE(pacer.rate(), rate);
+}
+
+// Depth grows only while it is what holds readahead back.
+TEST(SourcePacer, DepthStaysWhereReadaheadHasSlotsToSpare) {
+  FakeClock clock;
+  SourcePacer pacer(0, clock.fn(), 4, 32);
+  for (int i = 0; i < 400; ++i) {
+    clock.t += milliseconds(5);
+    pacer.OnReadaheadRead(milliseconds(1), 1, /*saturated=*/false);
+  }
+  EXPECT_EQ(pacer.depth(), 4u);
+}
+
+// An IOPS-capped disk (300 reads/s): more in flight only makes each read wait longer.
+// Probes find no gain and the depth stays at the least; reads queue, so late demand
+// reads cut the rate.
+TEST(SourcePacer, DepthStaysLowOnAnIopsCappedDiskAndLateDemandReadsCut) {
+  FakeClock clock;
+  SourcePacer pacer(0, clock.fn(), 4, 32);
+  pacer.OnReadaheadRead(microseconds(500));  // one read alone: the base
+  uint32_t deepest = 0;
+  for (int i = 0; i < 20; ++i) {
+    Saturate(pacer, clock, 0.5, [](uint32_t depth) {
+      return std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(depth / 300.0));
+    });
+    deepest = std::max(deepest, pacer.depth());
+  }
+  EXPECT_LE(deepest, 8u);  // a probe to 8, given back
+  EXPECT_EQ(pacer.depth(), 4u);
+  EXPECT_TRUE(pacer.queueing());
+  CutDown(pacer, clock, 3);
+  EXPECT_EQ(pacer.slowdowns(), 3u);
 }
 
 }  // namespace

@@ -466,6 +466,7 @@ const std::vector<std::string> kStatsKeys = {
     "prefetch_pace_slowdowns",
     "prefetch_pacing",
     "prefetch_refused",
+    "prefetch_source_depth",
     "prefetch_source_reads",
     "prefetch_threads",
     "prefetched",
