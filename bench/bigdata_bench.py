@@ -42,7 +42,7 @@ situation on one machine and measures, side by side in one run:
   ``--real-client-source`` the source at N = 1.  The workers need memory of their own
   that does not depend on the data set (~18 MiB each measured, 24 MiB allowed), so
   during the real-client rows the group's limit is raised by ``--client-allowance``
-  (default 24 MiB per worker); without it the quick data set's 66 MB limit could not
+  (default 24 MiB per worker); without it the quick data set's ~130 MB limit could not
   even hold the workers, and the page cache share of the full run would shrink by a
   fixed cost that a larger data set would not have.  Both limits are in the JSON.
 * the targets, PASS/MISS (never asserted): after a restart with caches dropped epochfs
@@ -60,7 +60,7 @@ setup error, 130 on Ctrl-C.
 
 Run as root with Debian's interpreter (numpy, torch, torchvision, PIL, matplotlib):
 
-    /usr/bin/python3 bench/bigdata_bench.py --quick    # 1,500 samples, N in (1, 2): ~3 min
+    /usr/bin/python3 bench/bigdata_bench.py --quick    # 3,000 samples, N in (1, 2): ~5 min
     /usr/bin/python3 bench/bigdata_bench.py            # 8,000 samples: ~15 min here
 
 See bench/README.md ("bench/bigdata_bench.py") for what each row means.
@@ -509,7 +509,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Data set larger than memory: epochfs vs a plain local copy, source and tmpfs, raw "
                     "reader and a real torchvision client. Run as root.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--files", type=int, default=None, help="JPEG samples (default 8000, --quick 1500); "
+    p.add_argument("--files", type=int, default=None, help="JPEG samples (default 8000, --quick 3000); "
                                                            "label files come on top")
     p.add_argument("--classes", type=int, default=100, help="class folders")
     p.add_argument("--mean-size", type=int, default=110_000, help="mean sample size in bytes (log-normal)")
@@ -540,7 +540,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also run the real client on the source (N=1 only; slow)")
     p.add_argument("--no-real-client", action="store_true", help="raw-reader rows only")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: 1500 samples, 1 steady epoch, N in (1, 2): ~3 minutes")
+                   help="smoke test: 3000 samples, 1 steady epoch, N in (1, 2): ~5 minutes")
     p.add_argument("--out", default=os.path.join(REPO, "docs", "bench"), help="where JSON and PNG go")
     p.add_argument("--workdir", default="/var/tmp/epochfs-bigdata",
                    help="scratch space on the cache disk (image, copy, epochfs cache dir); emptied on exit")
@@ -552,7 +552,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epoch-timeout", type=float, default=None,
                    help="seconds before a hung raw epoch fails the run (default: generous, from --files/--iops)")
     args = p.parse_args(argv)
-    args.files = args.files or (1500 if args.quick else 8000)
+    args.files = args.files or (3000 if args.quick else 8000)
     args.steady_epochs = args.steady_epochs if args.steady_epochs is not None else (1 if args.quick else 3)
     args.copy_steady_epochs = (args.copy_steady_epochs if args.copy_steady_epochs is not None
                                else (1 if args.quick else 2))

@@ -161,7 +161,7 @@ class TargetTest(unittest.TestCase):
 class ArgsTest(unittest.TestCase):
     def test_quick_and_defaults(self):
         a = parse_args(["--quick"])
-        self.assertEqual((a.files, a.steady_epochs, a.copy_steady_epochs, a.accelerators), (1500, 1, 1, [1, 2]))
+        self.assertEqual((a.files, a.steady_epochs, a.copy_steady_epochs, a.accelerators), (3000, 1, 1, [1, 2]))
         a = parse_args([])
         self.assertEqual((a.files, a.steady_epochs, a.copy_steady_epochs, a.accelerators), (8000, 3, 2, [1, 2, 4, 8]))
         self.assertEqual(a.client_allowance, 96)  # 24 MiB x 4 workers

@@ -1,4 +1,4 @@
-// The epochfs command line: mount, umount, status, top, warm (each subcommand's work is
+// The epochfs command line: mount, umount, status, top, warm, run (each subcommand's work is
 // in its own file; this one parses and dispatches).
 //
 // Exit codes: 0 success; 2 bad input or a refused mount (a one-line message says why,
@@ -11,6 +11,7 @@
 #include "cli/exit.h"
 #include "cli/mount_command.h"
 #include "cli/mount_flags.h"
+#include "cli/run_command.h"
 #include "cli/status.h"
 #include "cli/top.h"
 #include "cli/warm.h"
@@ -92,6 +93,14 @@ int main(int argc, char** argv) {
   warm->add_flag("--ram", warm_options.ram, "Also keep them in RAM (the page cache too) while they fit");
   warm->add_option("-j,--threads", warm_options.threads, "Parallel readers")->capture_default_str();
 
+  // ---- run (cli/run_command.h) ----
+  std::vector<std::string> run_command;
+  auto* run = app.add_subcommand(
+      "run", "Run COMMAND so that its torch DataLoaders publish each epoch's order");
+  run->add_option("COMMAND", run_command, "The command and its arguments (after --)")
+      ->required();
+  run->prefix_command();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -118,6 +127,10 @@ int main(int argc, char** argv) {
   }
   if (*umount) return cli::RunUmountCommand(umount_target, lazy, dead_only);
   if (*status) return cli::RunStatus(status_target, json);
+  if (*run) {
+    for (const std::string& arg : run->remaining()) run_command.push_back(arg);
+    return cli::RunCommand(run_command);
+  }
   if (*warm) {
     warm_options.mountpoint = warm_target;
     return cli::RunWarm(warm_options);

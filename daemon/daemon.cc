@@ -376,8 +376,8 @@ Status Daemon::Start() {
           // the prefetcher's plan file
           ControlDir::File{"plan", 4, [this] { return plan_file_->Summary(); },
                            [this](uint64_t offset, std::string_view data, uid_t uid,
-                                  gid_t gid) {
-                             return plan_file_->Write(offset, data, uid, gid);
+                                  gid_t gid, pid_t pid) {
+                             return plan_file_->Write(offset, data, uid, gid, pid);
                            }}},
       root_stat_.st_uid, root_stat_.st_gid);
 

@@ -62,9 +62,9 @@ bool ControlDir::IsWritable(uint64_t nodeid) const {
 }
 
 Status ControlDir::Write(uint64_t nodeid, uint64_t offset, std::string_view data, uid_t uid,
-                         gid_t gid) const {
+                         gid_t gid, pid_t pid) const {
   for (const File& f : files_) {
-    if (f.nodeid == nodeid && f.write) return f.write(offset, data, uid, gid);
+    if (f.nodeid == nodeid && f.write) return f.write(offset, data, uid, gid, pid);
   }
   return Status::FromErrno(EBADF, "control file is read-only");
 }

@@ -37,8 +37,8 @@ class ControlDir {
   static constexpr uint64_t kDirNodeId = 2;
 
   // A write to a writable control file (the plan): offset, bytes, and who wrote.
-  using Writer =
-      std::function<Status(uint64_t offset, std::string_view data, uid_t uid, gid_t gid)>;
+  using Writer = std::function<Status(uint64_t offset, std::string_view data, uid_t uid,
+                                      gid_t gid, pid_t pid)>;
 
   struct File {
     std::string name;
@@ -68,7 +68,7 @@ class ControlDir {
   bool IsWritable(uint64_t nodeid) const;
   // Hands a write to a writable control file; kPermission for the others.
   Status Write(uint64_t nodeid, uint64_t offset, std::string_view data, uid_t uid,
-               gid_t gid) const;
+               gid_t gid, pid_t pid = 0) const;
 
  private:
   std::vector<File> files_;

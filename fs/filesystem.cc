@@ -232,7 +232,7 @@ Result<cache::ReadBuffer> Filesystem::Read(uint64_t nodeid, FileHandle* fh, uint
 Result<size_t> Filesystem::Write(uint64_t nodeid, FileHandle* fh, std::string_view data,
                                  uint64_t offset, Caller caller) {
   if (ControlDir::IsControl(nodeid)) {
-    EPOCHFS_RETURN_IF_ERROR(control_.Write(nodeid, offset, data, caller.uid, caller.gid));
+    EPOCHFS_RETURN_IF_ERROR(control_.Write(nodeid, offset, data, caller.uid, caller.gid, caller.pid));
     return data.size();
   }
   return fh ? source_.Write(*fh, data.data(), data.size(), offset)

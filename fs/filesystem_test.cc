@@ -47,7 +47,7 @@ class FilesystemTest : public ::testing::Test {
         std::vector<ControlDir::File>{
             ControlDir::File{"stats", kStats, [] { return std::string("{}\n"); }},
             ControlDir::File{"plan", kPlan, [] { return std::string("no plan\n"); },
-                             [this](uint64_t, std::string_view data, uid_t, gid_t) {
+                             [this](uint64_t, std::string_view data, uid_t, gid_t, pid_t) {
                                written_ += data;
                                return Status::Ok();
                              }}},

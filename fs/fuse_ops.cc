@@ -19,7 +19,7 @@ Filesystem& Counted(fuse_req_t req, RequestKind kind) {
 
 Caller CallerOf(fuse_req_t req) {
   const struct fuse_ctx* c = fuse_req_ctx(req);
-  return Caller{c->uid, c->gid};
+  return Caller{c->uid, c->gid, c->pid};
 }
 
 // The kernel's file keeps the core's handle as a pointer in fuse_file_info::fh (0: none).

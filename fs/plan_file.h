@@ -1,4 +1,4 @@
-// PlanFile: `<mount>/.epochfs/plan`, where a loader publishes the upcoming read order.
+// PlanFile: `<mount>/.epochfs/plan`, where loaders publish their upcoming read orders.
 //
 // Writes are parsed incrementally by prefetch::PlanParser (format and rules there:
 // header line, one relative path per line, an empty line publishes). Each entry is
@@ -7,18 +7,34 @@
 // may not read exists beyond "refused". A refused write fails with EINVAL (EACCES for
 // an unreadable file), is logged as a warning with the reason (a few per minute at
 // most: a user looping on bad plans must not fill the disk), and leaves the published
-// plan as it was. Reading the file returns a one-line summary of the current plan.
+// plans as they were. Reading the file returns a one-line summary.
 //
-// Thread-safety: thread-safe; writes are serialised (one plan being written at a time
-// per mount: a write at offset 0 from anyone starts over).
+// Many publishers. Each writing process (its pid, as the kernel reports it: a rank, or
+// the main process of a loader) has a plan of its own: a write at offset 0 starts that
+// process's next plan and touches no other's. The prefetcher gets one order merged from
+// every live plan by position (entry 0 of each, then entry 1 of each, ...), so each
+// publisher gets a fair share of the readahead ahead of it and of the RAM budget. A
+// process's plan goes when it publishes an empty one, or when the process is gone
+// (checked every second). A publisher's new plan starts a new epoch; a plan joining or
+// leaving the others does not (what was read this epoch stays read). Memory: the live
+// plans and those being written share one bound (PlanParserOptions::max_bytes, a
+// sixteenth of --ram), apart from a publisher's previous plan while its next one is
+// written; at most kMaxPublishers processes at once (EBUSY beyond).
+//
+// Thread-safety: thread-safe; writes are serialised. Owns a thread that drops the plans
+// of processes that are gone.
 #pragma once
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "base/log_limit.h"
 #include "base/status.h"
@@ -31,23 +47,47 @@ namespace epochfs::fs {
 
 class PlanFile {
  public:
+  static constexpr size_t kMaxPublishers = 256;
+
   // Both must outlive the PlanFile.
   PlanFile(SourceFs* fs, prefetch::Prefetcher* prefetcher,
-           prefetch::PlanParserOptions options = {})
-      : fs_(fs), prefetcher_(prefetcher), parser_(options) {}
+           prefetch::PlanParserOptions options = {});
+  ~PlanFile();
+  PlanFile(const PlanFile&) = delete;
+  PlanFile& operator=(const PlanFile&) = delete;
 
-  Status Write(uint64_t offset, std::string_view data, uid_t uid, gid_t gid);
+  // A write by process `pid` (0: unknown, all such writes share one plan).
+  Status Write(uint64_t offset, std::string_view data, uid_t uid, gid_t gid, pid_t pid = 0);
   std::string Summary() const;
+  // Live plans now (for tests and the summary).
+  size_t live_plans() const;
 
  private:
+  struct Publisher {
+    explicit Publisher(const prefetch::PlanParserOptions& options) : parser(options) {}
+    prefetch::PlanParser parser;
+    std::vector<prefetch::PlannedFile> plan;  // published; empty: none
+    uint64_t plan_bytes = 0;                  // what `plan` is charged (kBytesPerPlanEntry + path)
+  };
+  // The merged order of every live plan, and how many there are.
+  std::pair<std::vector<prefetch::PlannedFile>, uint32_t> MergeLocked() const REQUIRES(mu_);
+  uint64_t ChargedLocked(pid_t except) const REQUIRES(mu_);
+  // Drops the plans of processes that are gone; returns whether any went.
+  bool ReapLocked() REQUIRES(mu_);
+  void RunReaper();
+
   SourceFs* const fs_;
   prefetch::Prefetcher* const prefetcher_;
+  const prefetch::PlanParserOptions options_;
   mutable Mutex mu_;
-  prefetch::PlanParser parser_ GUARDED_BY(mu_);
+  std::map<pid_t, Publisher> publishers_ GUARDED_BY(mu_);
   uint64_t refused_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::condition_variable stop_cv_;
   // Anyone allowed to write the plan can cause a refusal: 5 lines per minute at most
   // (all are counted in the summary).
   LogLimiter refusals_logged_{5, std::chrono::minutes(1)};
+  std::thread reaper_;
 };
 
 }  // namespace epochfs::fs

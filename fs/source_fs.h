@@ -46,6 +46,7 @@ namespace epochfs::fs {
 struct Caller {
   uid_t uid = 0;
   gid_t gid = 0;
+  pid_t pid = 0;  // as the kernel reports it (0: unknown); tells plan publishers apart
 };
 
 struct Entry {

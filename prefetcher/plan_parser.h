@@ -51,6 +51,14 @@ class PlanParser {
   Status Write(uint64_t offset, std::string_view data, const Resolve& resolve,
                std::optional<std::vector<PlannedFile>>* published);
 
+  // What the entries parsed so far are charged (kBytesPerPlanEntry plus the path each).
+  uint64_t entry_bytes() const { return entry_bytes_; }
+  // Whether a plan is being written (started, not yet published or refused).
+  bool writing() const { return state_ == State::kHeader || state_ == State::kEntries; }
+  // Abandons the plan being written with `why` (returned); later writes fail until a
+  // new plan starts at offset 0.
+  Status Abandon(Status why) { return Fail(std::move(why)); }
+
   // Checks a plan path's syntax: relative, single components, no `.`/`..`, no NUL.
   static Status CheckPath(std::string_view path, size_t max_line);
 

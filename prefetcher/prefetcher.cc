@@ -119,7 +119,7 @@ class PrefetcherImpl final : public Prefetcher {
   }
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
-  void Publish(std::vector<PlannedFile> plan) override;
+  void Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) override;
   void AttachKernelPages(KernelPages* pages) override { kernel_pages_.store(pages); }
   std::vector<std::string> KnownPaths() const override;
   PrefetcherStats Stats() const override;
@@ -254,6 +254,7 @@ class PrefetcherImpl final : public Prefetcher {
   uint64_t prefetch_refused_ GUARDED_BY(mu_) = 0;
   uint64_t prefetch_errors_ GUARDED_BY(mu_) = 0;
   uint64_t plans_published_ GUARDED_BY(mu_) = 0;
+  uint32_t plans_ GUARDED_BY(mu_) = 0;  // publishers merged into plan_
   uint64_t prefetch_source_reads_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::duration budget_wait_ GUARDED_BY(mu_){};
   uint64_t plan_fingerprint_ GUARDED_BY(mu_) = 0;
@@ -437,10 +438,20 @@ void PrefetcherImpl::CountAccessLocked() {
   rate_since_ = now;
 }
 
-void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
+void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) {
   {
     MutexLock lock(mu_);
-    NewEpochLocked();
+    if (new_epoch) {
+      NewEpochLocked();
+    } else {
+      // Another publisher's plan joined or left: the same epoch, a new merged order.
+      plan_index_.clear();
+      plan_order_.clear();
+      plan_next_ = plan_cursor_ = 0;
+    }
+    // A plan written (a new epoch, or one more publisher), not one dropped, counts.
+    if (new_epoch || plans > plans_) ++plans_published_;
+    plans_ = plans;
     plan_ = std::move(plan);
     std::vector<FileKey> keys;
     keys.reserve(plan_.size());
@@ -449,12 +460,13 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan) {
       keys.push_back(plan_[i].key);
       plan_index_.emplace(plan_[i].key, static_cast<uint32_t>(i));
       plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path).value_or(kUntracked));
+      // Mid-epoch, the reader is as far as the furthest entry it has read.
+      if (!new_epoch && accessed_.count(plan_[i].key) != 0) plan_cursor_ = i;
     }
     if (policy_) policy_->SetPlan(keys);
     plan_fingerprint_ = Fingerprint(plan_, [](const PlannedFile& f) -> const std::string& {
       return f.path;
     });
-    ++plans_published_;
     uint64_t held_back = 0;
     if (publications_logged_.Allow(&held_back)) {
       spdlog::info("prefetch: plan of {} files published (epoch {}){}", plan_.size(), epoch_,
@@ -838,6 +850,7 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.file_table_bytes = file_table_bytes_;
   s.files_untracked = files_untracked_;
   s.plan_entries = plan_.size();
+  s.plans = plan_.empty() ? 0 : plans_;
   s.plan_position = plan_cursor_;
   s.readahead_window = WindowLocked();
   s.access_rate = access_rate_;
@@ -922,7 +935,11 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
   visit(CounterInfo{"plans_published", "Read plans written to .epochfs/plan.", kCounter}.Show(
             {.row = "read plan", .label = "published"}),
         plans_published);
-  visit(CounterInfo{"plan_entries", "Entries of the current plan.", kGauge}.Show(
+  visit(CounterInfo{"plans", "Live plans (publishers: ranks, loaders) merged into the current one.",
+                    kGauge}
+            .Show({.row = "read plan", .label = "live plans"}),
+        plans);
+  visit(CounterInfo{"plan_entries", "Entries of the current plan (all live plans).", kGauge}.Show(
             {.row = "read plan", .label = "entries"}),
         plan_entries);
   visit(CounterInfo{"plan_position", "Furthest plan entry read so far.", kGauge}.Show(

@@ -145,7 +145,8 @@ struct PrefetcherStats {
   uint64_t source_base_latency_us = 0;  // the lowest recent readahead source read
   uint32_t source_depth = 0;      // source reads readahead may have in flight now
   uint64_t plans_published = 0;
-  uint64_t plan_entries = 0;      // entries of the current plan
+  uint64_t plans = 0;             // live plans (publishers) merged into the current one
+  uint64_t plan_entries = 0;      // entries of the current plan (all publishers')
   uint64_t plan_position = 0;     // furthest plan entry read so far
   uint32_t readahead_window = 0;  // files ahead of the reader, ordered patterns (see lookahead)
   double access_rate = 0;         // files first read per second, smoothed
@@ -185,7 +186,14 @@ class Prefetcher {
   virtual void OnRead(const FileKey& file, const std::string& path, uint64_t offset) = 0;
 
   // Replaces the plan and starts a new epoch with it (an empty plan drops it).
-  virtual void Publish(std::vector<PlannedFile> plan) = 0;
+  void Publish(std::vector<PlannedFile> plan) {
+    const uint32_t plans = plan.empty() ? 0 : 1;
+    Publish(std::move(plan), /*new_epoch=*/true, plans);
+  }
+  // The same for a plan merged from `plans` publishers' (fs/plan_file.h): `new_epoch`
+  // false when one publisher's plan joined or left the others mid-epoch (what was read
+  // this epoch stays read).
+  virtual void Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) = 0;
 
   // From now on, files readahead brings into RAM move on into the kernel's page cache
   // through `pages` (null: no more). Set once the FUSE session exists; set back to null

@@ -148,6 +148,16 @@ uint64_t MemoryCgroup::OomKills() const {
   return kills;
 }
 
+uint64_t MemoryCgroup::PageCacheBytes() const {
+  std::ifstream stat(group_ / "memory.stat");
+  std::string key;
+  uint64_t value = 0;
+  while (stat >> key >> value) {
+    if (key == "cache") return value;
+  }
+  return 0;
+}
+
 int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece) {
   const fsys::path plan = mnt / ".epochfs" / "plan";
   const int fd = ::open(plan.c_str(), O_WRONLY | O_CLOEXEC);

@@ -89,6 +89,9 @@ class MemoryCgroup {
   std::string Enter() const;
   // How many times the kernel's OOM killer killed a process of the cgroup.
   uint64_t OomKills() const;
+  // The page cache charged to the cgroup (memory.stat "cache"): pages its processes read
+  // or stored, such as a daemon's pushed pages.
+  uint64_t PageCacheBytes() const;
 
  private:
   fsys::path group_;

@@ -1,0 +1,204 @@
+"""epochfs.hook: every torch DataLoader publishes each epoch's order to its epochfs mount.
+
+An order published to ``<mount>/.epochfs/plan`` lets the prefetcher read exactly what
+comes next. ``epochfs.Loader`` publishes its own; this hook does the same for an
+unmodified ``torch.utils.data.DataLoader``:
+
+    epochfs run -- python train.py      # every DataLoader of the script, no change to it
+
+or, in the script itself:
+
+    import epochfs.hook
+    epochfs.hook.install()
+
+How. A DataLoader draws its indices from its index sampler (the batch sampler, or the
+sampler when batching is off) once per epoch, in the main process, before handing them
+to its workers. ``install()`` wraps that sampler: at the epoch's first index it lets the
+real sampler produce the whole epoch (the same draws from the same generators, at the
+same moment as without the hook), maps the indices to file paths, publishes them, and
+then hands out exactly those indices. So the script reads the same samples in the same
+order, with and without the hook; the plan is written before the first read.
+
+Which data sets: those that say where their samples are: ``samples`` or ``imgs`` (lists
+whose items are paths or (path, ...) tuples: torchvision's DatasetFolder and
+ImageFolder), or an ``epochfs_paths`` attribute (a list of paths, or a callable from an
+index to a path), and ``torch.utils.data.Subset`` of any of those. A data set that
+cannot be mapped, or whose files are not on an epochfs mount, is left alone (one log
+line). An ``IterableDataset`` has no sampler and is left alone. Publishing is an
+optimisation: a refused plan is one warning, and the epoch goes on.
+
+Several DataLoaders, or ranks (``DistributedSampler``: each rank's shard), each publish
+their own order; see docs/operations.md for how the mount serves several plans.
+"""
+
+import logging
+import os
+import threading
+
+__all__ = ["install", "installed", "paths_of", "find_mount_root", "plan_text", "publish"]
+
+_log = logging.getLogger("epochfs.hook")
+_lock = threading.Lock()
+_installed = False
+_logged = set()
+_HEADER = "epochfs-plan 1\n"
+
+
+def _log_once(key, level, message, *args):
+    with _lock:
+        if key in _logged:
+            return
+        _logged.add(key)
+    _log.log(level, message, *args)
+
+
+def _path_of_item(item):
+    if isinstance(item, (str, os.PathLike)):
+        return os.fspath(item)
+    if isinstance(item, (tuple, list)) and item and isinstance(item[0], (str, os.PathLike)):
+        return os.fspath(item[0])
+    return None
+
+
+def paths_of(dataset):
+    """A function from a sample index to its file path, or None if `dataset` says nowhere
+    where its samples are."""
+    try:
+        from torch.utils.data import Subset
+    except ImportError:  # pragma: no cover - torch is what this hook is for
+        Subset = ()
+    if Subset and isinstance(dataset, Subset):
+        inner = paths_of(dataset.dataset)
+        if inner is None:
+            return None
+        indices = dataset.indices
+        return lambda i: inner(indices[i])
+    given = getattr(dataset, "epochfs_paths", None)
+    if callable(given):
+        return lambda i: os.fspath(given(i))
+    for name in ("epochfs_paths", "samples", "imgs"):
+        items = getattr(dataset, name, None)
+        if isinstance(items, (list, tuple)) and items and _path_of_item(items[0]) is not None:
+            return lambda i, items=items: _path_of_item(items[i])
+    return None
+
+
+def find_mount_root(path):
+    """The epochfs mount root at or above the folder of `path` (the first folder that
+    has ``.epochfs/plan``), or None. Stops at a filesystem boundary."""
+    folder = os.path.dirname(os.path.realpath(path))
+    try:
+        dev = os.stat(folder).st_dev
+    except OSError:
+        return None
+    while True:
+        if os.path.exists(os.path.join(folder, ".epochfs", "plan")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        try:
+            if os.stat(parent).st_dev != dev:
+                return None
+        except OSError:
+            return None
+        folder = parent
+
+
+def plan_text(root, paths):
+    """The plan file's text for `paths` under mount `root` (a path outside it, or with a
+    newline in its name, is left out)."""
+    lines = [_HEADER]
+    for p in paths:
+        rel = os.path.relpath(os.path.join(os.path.realpath(os.path.dirname(p)),
+                                           os.path.basename(p)), root)
+        if rel.startswith("..") or "\n" in rel:
+            continue
+        lines.append(rel + "\n")
+    lines.append("\n")
+    return "".join(lines)
+
+
+def publish(root, paths):
+    """Writes the plan; returns True if the mount took it."""
+    try:
+        with open(os.path.join(root, ".epochfs", "plan"), "w", encoding="utf-8") as f:
+            f.write(plan_text(root, paths))
+        return True
+    except OSError as e:
+        _log_once(("refused", root), logging.WARNING,
+                  "epochfs: %s refused the epoch's plan (%s); reading on without it", root, e)
+        return False
+
+
+def _flatten(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from item
+        else:
+            yield item
+
+
+class _PublishingSampler:
+    """Stands in for a DataLoader's index sampler: the same indices, in the same order,
+    drawn at the same moment; the epoch's order is published at its first index."""
+
+    def __init__(self, loader, sampler):
+        self._loader = loader
+        self._sampler = sampler
+
+    def __len__(self):
+        return len(self._sampler)
+
+    def __iter__(self):
+        items = list(self._sampler)  # where the real sampler draws its first index
+        _publish_epoch(self._loader, items)
+        yield from items
+
+
+def _publish_epoch(loader, items):
+    try:
+        path_of = paths_of(loader.dataset)
+        if path_of is None:
+            _log_once(("unmapped", id(loader)), logging.WARNING,
+                      "epochfs: %s does not say where its samples are (samples, imgs or "
+                      "epochfs_paths): its order is not published",
+                      type(loader.dataset).__name__)
+            return
+        paths = [path_of(int(i)) for i in _flatten(items)]
+        if not paths:
+            return
+        root = find_mount_root(paths[0])
+        if root is None:
+            _log_once(("no-mount", id(loader)), logging.WARNING,
+                      "epochfs: %s is not on an epochfs mount: its order is not published",
+                      os.path.dirname(paths[0]))
+            return
+        publish(root, paths)
+    except Exception as e:  # publishing must never break training
+        _log_once(("error", id(loader)), logging.WARNING,
+                  "epochfs: could not publish the epoch's order: %r", e)
+
+
+def install():
+    """Makes every torch DataLoader publish each epoch's order (idempotent)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+    from torch.utils.data import dataloader
+
+    original = dataloader.DataLoader._index_sampler
+
+    def _index_sampler(self):
+        sampler = original.fget(self)
+        if sampler is None or getattr(self, "_dataset_kind", None) != dataloader._DatasetKind.Map:
+            return sampler
+        return _PublishingSampler(self, sampler)
+
+    dataloader.DataLoader._index_sampler = property(_index_sampler)
+
+
+def installed():
+    return _installed

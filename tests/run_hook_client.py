@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""The data side of an unmodified torchvision training loop, for run_hook_test.cc.
+
+    run_hook_client.py MOUNT SOURCE WORKERS SEED EPOCHS [unmapped]
+
+A DatasetFolder over MOUNT/train (buffered opens, as PIL's loader does) and a DataLoader
+with a seeded RandomSampler; per epoch it prints, as JSON: the order a twin sampler
+(same seed) produces, the order the samples were read in, whether every byte matched
+the source, and the mount's plan counters after the epoch. `unmapped`: a data set that
+does not say where its samples are (the hook must leave it alone).
+"""
+import json
+import os
+import sys
+import zlib
+
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torchvision.datasets import DatasetFolder
+
+SOURCE = None
+
+
+def load(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(os.path.join(SOURCE, os.path.relpath(path, MOUNT)), "rb") as f:
+        same = f.read() == data
+    return path, zlib.crc32(data), same
+
+
+class Unmapped(Dataset):
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getitem__(self, i):
+        return self._inner[i]
+
+
+def main():
+    global MOUNT, SOURCE
+    MOUNT, SOURCE = sys.argv[1], sys.argv[2]
+    workers, seed, epochs = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    unmapped = len(sys.argv) > 6 and sys.argv[6] == "unmapped"
+    folder = DatasetFolder(os.path.join(MOUNT, "train"), loader=load, extensions=(".bin",))
+    dataset = Unmapped(folder) if unmapped else folder
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    loader = DataLoader(dataset, batch_size=3, sampler=RandomSampler(dataset, generator=generator),
+                        num_workers=workers, collate_fn=list)
+    twin_generator = torch.Generator()
+    twin_generator.manual_seed(seed)
+    twin = RandomSampler(dataset, generator=twin_generator)
+    out = []
+    for _ in range(epochs):
+        expected = [os.path.relpath(folder.samples[i][0], MOUNT) for i in twin]
+        read, all_same = [], True
+        for batch in loader:
+            for (path, crc, same), _target in batch:
+                read.append(os.path.relpath(path, MOUNT))
+                all_same = all_same and same
+        with open(os.path.join(MOUNT, ".epochfs", "stats")) as f:
+            stats = json.load(f)
+        out.append({"expected": expected, "read": read, "bytes_match": all_same,
+                    "plan_fingerprint": stats["plan_fingerprint"],
+                    "plans_published": stats["plans_published"]})
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

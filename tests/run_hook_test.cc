@@ -1,0 +1,126 @@
+// `epochfs run`: an unmodified torchvision DatasetFolder + DataLoader script publishes
+// each epoch's order (loader/python/epochfs/hook.py). The script (run_hook_client.py)
+// reads every sample of every epoch through the mount; the test compares what it read,
+// and what the mount was told, with and without the wrapper.
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "tests/mount_fixture.h"
+
+namespace epochfs::testing {
+namespace {
+
+const std::string kClient = std::string(EPOCHFS_SOURCE_DIR) + "/tests/run_hook_client.py";
+
+bool HaveTorchvision() {
+  return Run({"/usr/bin/python3", "-c", "import torch, torchvision"}).exit_code == 0;
+}
+
+// The fingerprint the mount reports for a plan of `paths` (PrefetcherStats).
+std::string Fingerprint(const std::vector<std::string>& paths) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (const std::string& p : paths) {
+    XXH3_64bits_update(state, p.data(), p.size());
+    XXH3_64bits_update(state, "\n", 1);
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return fmt::format("{:016x}", digest);
+}
+
+class RunHookTest : public MountedDirsTest {
+ protected:
+  void SetUp() override {
+    MountedDirsTest::SetUp();
+    if (IsSkipped()) return;
+    if (!HaveTorchvision()) GTEST_SKIP() << "needs python3-torch and python3-torchvision";
+    for (int i = 0; i < 30; ++i) {
+      const fsys::path file = src_ / "train" / ("c" + std::to_string(i % 3)) /
+                              ("f" + std::to_string(i) + ".bin");
+      fsys::create_directories(file.parent_path());
+      WriteFile(file, RandomBytes(2000 + 97 * i, i));
+      AgeFile(file, 3600);
+    }
+  }
+
+  // The client's per-epoch report; `wrapped`: under `epochfs run`.
+  nlohmann::json RunClient(bool wrapped, int workers, const std::string& extra = "") {
+    std::vector<std::string> args = {"/usr/bin/python3", kClient, mnt_.string(), src_.string(),
+                                     std::to_string(workers), "7", "2"};
+    if (!extra.empty()) args.push_back(extra);
+    if (wrapped) args.insert(args.begin(), {EPOCHFS_BINARY, "run", "--"});
+    last_ = epochfs::testing::Run(args);
+    EXPECT_EQ(last_.exit_code, 0) << last_.output;
+    const size_t json = last_.output.find('[');
+    if (json == std::string::npos) return nlohmann::json::array();
+    return nlohmann::json::parse(last_.output.substr(json), nullptr, /*allow_exceptions=*/false);
+  }
+
+  CommandResult last_;
+};
+
+// Every sample once per epoch, byte-identical, in the sampler's order, with and without
+// the wrapper, with 0 and 2 workers; with it, each epoch's plan is published before the
+// epoch's reads, and its fingerprint is the sampler's order.
+TEST_F(RunHookTest, DataLoaderReadsTheSameAndPublishesTheSamplersOrder) {
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  uint64_t published = 0;
+  for (int workers : {0, 2}) {
+    for (bool wrapped : {false, true}) {
+      SCOPED_TRACE(fmt::format("workers {}, {}", workers, wrapped ? "epochfs run" : "plain"));
+      const nlohmann::json epochs = RunClient(wrapped, workers);
+      ASSERT_EQ(epochs.size(), 2u) << last_.output;
+      for (const auto& e : epochs) {
+        const auto expected = e["expected"].get<std::vector<std::string>>();
+        const auto read = e["read"].get<std::vector<std::string>>();
+        EXPECT_EQ(read, expected);  // the sampler's order, exactly
+        EXPECT_EQ(std::set<std::string>(read.begin(), read.end()).size(), 30u);
+        EXPECT_TRUE(e["bytes_match"].get<bool>());
+        if (wrapped) {
+          ++published;
+          EXPECT_EQ(e["plans_published"].get<uint64_t>(), published);
+          EXPECT_EQ(e["plan_fingerprint"].get<std::string>(), Fingerprint(expected));
+        } else {
+          EXPECT_EQ(e["plans_published"].get<uint64_t>(), published);  // nothing new
+        }
+      }
+    }
+  }
+}
+
+// A data set that does not say where its samples are is left alone: the same reads, no
+// plan, one warning.
+TEST_F(RunHookTest, AnUnmappableDatasetIsLeftAloneWithOneWarning) {
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  const nlohmann::json epochs = RunClient(/*wrapped=*/true, 0, "unmapped");
+  ASSERT_EQ(epochs.size(), 2u) << last_.output;
+  for (const auto& e : epochs) {
+    EXPECT_EQ(e["read"], e["expected"]);
+    EXPECT_EQ(e["plans_published"].get<uint64_t>(), 0u);
+  }
+  const std::string warning = "does not say where its samples are";
+  const size_t first = last_.output.find(warning);
+  EXPECT_NE(first, std::string::npos) << last_.output;
+  EXPECT_EQ(last_.output.find(warning, first + 1), std::string::npos) << last_.output;
+}
+
+// A command that cannot be started: env(1)'s exit codes, and a clear message.
+TEST(RunCommand, AMissingCommandExits127) {
+  const CommandResult r = epochfs::testing::Run({EPOCHFS_BINARY, "run", "--", "/nonexistent/train"});
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+  EXPECT_NE(r.output.find("cannot run /nonexistent/train"), std::string::npos) << r.output;
+  const CommandResult none = epochfs::testing::Run({EPOCHFS_BINARY, "run"});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+}
+
+}  // namespace
+}  // namespace epochfs::testing
