@@ -149,6 +149,19 @@ class CacheImpl final : public Cache {
     return chunks > 0;
   }
 
+  bool CopyToKernel(const SourceIdentity& file, const KernelStore& store) override {
+    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    bool copied = false;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const ChunkKey key{file.dev, file.ino, static_cast<uint32_t>(c)};
+      std::optional<ChunkBytes> bytes = ram_->TakeCopyForKernel(key, file);
+      if (!bytes) continue;  // absent, moved, or copied already
+      if (!store(c * options_.chunk_size, bytes->span())) return copied;
+      copied = true;
+    }
+    return copied;
+  }
+
   bool InKernel(const SourceIdentity& file) const override {
     const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
     for (uint64_t c = 0; c < chunks; ++c) {

@@ -233,6 +233,10 @@ class Cache {
   // move: false, and that chunk stays in RAM. Already-moved chunks stay moved.
   using KernelStore = std::function<bool(uint64_t offset, std::span<const char> bytes)>;
   virtual bool MoveToKernel(const SourceIdentity& file, const KernelStore& store) = 0;
+  // The same, but the tier keeps its bytes (and their charge): the kernel's copy is then
+  // its own, like the pages of any read, and a file is copied again only once a read
+  // reaching the daemon showed the kernel lost it. False when nothing was copied.
+  virtual bool CopyToKernel(const SourceIdentity& file, const KernelStore& store) = 0;
   // Whether every chunk of `file` is held as a kernel entry (a move not undone since).
   virtual bool InKernel(const SourceIdentity& file) const = 0;
   // Whether every chunk of `file` is in the RAM tier with its bytes (not moved).

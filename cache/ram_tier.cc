@@ -53,6 +53,7 @@ std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdent
       EraseLocked(it, &released, /*kernel_lost=*/true);
     } else {
       policy_->OnAccess(key);
+      it->second.copied_to_kernel = false;  // the kernel asked: its copy is gone
       found = it->second.bytes;
     }
   }
@@ -126,6 +127,18 @@ std::optional<ChunkBytes> RamTier::TakeForKernel(const ChunkKey& key, const Sour
   policy_->OnErase(key);
   policy_->OnInsert(key, after);
   return bytes;
+}
+
+std::optional<ChunkBytes> RamTier::TakeCopyForKernel(const ChunkKey& key,
+                                                    const SourceIdentity& id) {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.id != id || it->second.in_kernel() ||
+      it->second.copied_to_kernel) {
+    return std::nullopt;
+  }
+  it->second.copied_to_kernel = true;
+  return it->second.bytes;
 }
 
 void RamTier::ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {

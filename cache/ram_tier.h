@@ -79,6 +79,11 @@ class RamTier {
   // The push of TakeForKernel's bytes failed: the kernel entry gets its bytes back (if
   // it is still there; nothing is reported as dropped).
   void ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes);
+  // The bytes of (key, id) for a copy into the kernel's page cache that the tier keeps
+  // too: nullopt when absent, a kernel entry, or copied already and not read since (a
+  // read reaching the daemon means the kernel lost the copy). Marks the entry copied.
+  std::optional<ChunkBytes> TakeCopyForKernel(const ChunkKey& key, const SourceIdentity& id);
+
   // Whether (key, id) is a kernel entry / an entry with its bytes.
   bool HoldsKernelEntry(const ChunkKey& key, const SourceIdentity& id) const;
   bool HoldsBytes(const ChunkKey& key, const SourceIdentity& id) const;
@@ -104,6 +109,7 @@ class RamTier {
     SourceIdentity id;
     ChunkBytes bytes;          // empty for a kernel entry
     uint64_t kernel_size = 0;  // a kernel entry: the bytes pushed (its charge's basis)
+    bool copied_to_kernel = false;  // bytes kept, and a copy pushed (TakeCopyForKernel)
     bool in_kernel() const { return bytes.owner == nullptr; }
     uint64_t charge() const { return in_kernel() ? KernelCharge(kernel_size) : Charge(bytes); }
   };

@@ -179,5 +179,21 @@ TEST(RamTierTest, ReturnFromKernelRestoresTheBytes) {
   EXPECT_EQ(tier.GetStats().kernel_entries, 0u);
 }
 
+// With no memory limit the kernel gets a copy and the tier keeps its bytes: a file is
+// copied once, and again only after a read reached the daemon (the kernel lost it).
+TEST(RamTierTest, ACopyForTheKernelKeepsTheBytesAndIsMadeOnceUntilARead) {
+  RamTier tier(1 << 20, NewLruPolicy(), [](uint64_t, uint64_t) { FAIL() << "no drop"; });
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(5000, 'c')));
+  const uint64_t charged = tier.GetStats().bytes;
+  ASSERT_TRUE(tier.TakeCopyForKernel(Key(1), Id(1)));
+  EXPECT_FALSE(tier.TakeCopyForKernel(Key(1), Id(1)));  // copied already
+  EXPECT_TRUE(tier.HoldsBytes(Key(1), Id(1)));
+  EXPECT_EQ(tier.GetStats().bytes, charged);
+  EXPECT_EQ(tier.GetStats().kernel_entries, 0u);
+  ASSERT_TRUE(tier.Lookup(Key(1), Id(1)));  // a read: the kernel's copy is gone
+  EXPECT_TRUE(tier.TakeCopyForKernel(Key(1), Id(1)));
+  EXPECT_FALSE(tier.TakeCopyForKernel(Key(1), Id(2)));  // another identity: nothing
+}
+
 }  // namespace
 }  // namespace epochfs::cache

@@ -313,14 +313,16 @@ Status Daemon::Start() {
   // Readahead's bytes move on into the kernel's page cache, charged to the RAM tier
   // (fs/page_cache_pusher.h). The pusher is attached once the session exists.
   if (options.page_cache_push && options.prefetch_threads > 0) {
-    // Under a memory limit (a container, a job's cgroup) the pages pushed are dropped
-    // as the epoch policy lets them go: the kernel's LRU would otherwise thrash the
-    // limit. With none, the kernel keeps or reclaims them as any page a read brings.
+    // Under a memory limit (a container, a job's cgroup) the bytes move into the kernel,
+    // charged to --ram, and are dropped as the epoch policy lets them go: the kernel's
+    // LRU would otherwise thrash the limit, and two copies would not fit. With none, the
+    // kernel gets a copy it keeps or reclaims as any page a read brings.
     const bool limited = MemoryLimitOfThisProcess().has_value();
-    pusher_ = std::make_shared<fs::PageCachePusher>(/*drop_when_let_go=*/limited);
-    spdlog::info("pushing readahead into the page cache; pages {} when the RAM tier lets "
-                 "them go",
-                 limited ? "dropped (a memory limit applies)" : "left to the kernel (no memory limit)");
+    pusher_ = std::make_shared<fs::PageCachePusher>(/*one_copy=*/limited);
+    spdlog::info("pushing readahead into the page cache: {}",
+                 limited ? "moved, charged to --ram, dropped as the RAM policy lets them go "
+                           "(a memory limit applies)"
+                         : "copied, the kernel's to keep (no memory limit)");
     cache_options.drop_kernel_pages = [pusher = pusher_](uint64_t dev, uint64_t ino) {
       pusher->DropLater(dev, ino);
     };

@@ -10,8 +10,8 @@
 
 namespace epochfs::fs {
 
-PageCachePusher::PageCachePusher(bool drop_when_let_go)
-    : drop_when_let_go_(drop_when_let_go), drop_thread_([this] { RunDrops(); }) {}
+PageCachePusher::PageCachePusher(bool one_copy)
+    : one_copy_(one_copy), drop_thread_([this] { RunDrops(); }) {}
 
 PageCachePusher::~PageCachePusher() {
   Detach();
@@ -96,7 +96,7 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
       return PushResult::kRefused;
     }
     const uint64_t nodeid = node->nodeid;
-    stored = cache_->MoveToKernel(file, [&](uint64_t offset, std::span<const char> bytes) {
+    const cache::Cache::KernelStore store = [&](uint64_t offset, std::span<const char> bytes) {
       struct fuse_bufvec buf = FUSE_BUFVEC_INIT(bytes.size());
       buf.buf[0].mem = const_cast<char*>(bytes.data());
       const int err = fuse_lowlevel_notify_store(session_, nodeid, offset, &buf,
@@ -109,7 +109,8 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
         spdlog::debug("notify_store node {}: {}", nodeid, err);
       }
       return err == 0;
-    });
+    };
+    stored = one_copy_ ? cache_->MoveToKernel(file, store) : cache_->CopyToKernel(file, store);
     // Stat after store: a change the first check missed is caught here; a later one
     // reaches the watcher (or the next open) after the store, whose drop then follows it.
     const InodeTable::Observation after = InodeTable::Observe(*node);
@@ -134,7 +135,7 @@ bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
 }
 
 void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
-  if (!drop_when_let_go_) return;
+  if (!one_copy_) return;  // (nothing is moved then; kept for clarity)
   {
     MutexLock lock(drops_mu_);
     drops_.emplace_back(dev, ino);

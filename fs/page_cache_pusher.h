@@ -55,12 +55,15 @@ namespace epochfs::fs {
 class PageCachePusher final : public prefetch::KernelPages {
  public:
   // Made before the cache (whose CacheOptions::drop_kernel_pages calls DropLater) and
-  // attached once the session exists. `drop_when_let_go`: DropLater drops the pages.
-  // false: it only stops counting them, and the kernel's own LRU keeps or reclaims them
-  // as it does the pages any read brings (the daemon, with no memory limit over it,
-  // then keeps a data set larger than --ram in otherwise free memory: measured, a
-  // shuffled steady state 2.5x faster than dropping them; docs/architecture.md).
-  explicit PageCachePusher(bool drop_when_let_go = true);
+  // attached once the session exists. `one_copy` (the daemon runs under a memory
+  // limit): the bytes move into the kernel (cache::Cache::MoveToKernel), charged to the
+  // RAM tier, and DropLater drops them when the tier lets them go. false (no limit):
+  // the tier keeps its bytes and the kernel gets a copy of its own, which its LRU keeps
+  // or reclaims as it does the pages of any read (Cache::CopyToKernel). Measured: with
+  // one copy and no limit, a data set larger than --ram but smaller than free memory
+  // ran 2.5x slower than without pushing, and a page cache dropped (drop_caches,
+  // reclaim) sent every read to the SSD tier (docs/architecture.md, "Pushed pages").
+  explicit PageCachePusher(bool one_copy = true);
   ~PageCachePusher() override;
   PageCachePusher(const PageCachePusher&) = delete;
   PageCachePusher& operator=(const PageCachePusher&) = delete;
@@ -108,7 +111,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   cache::Cache* cache_ = nullptr;
   Invalidator* invalidator_ = nullptr;
 
-  const bool drop_when_let_go_;
+  const bool one_copy_;
   Mutex drops_mu_;
   std::condition_variable drops_cv_;
   bool stop_ GUARDED_BY(drops_mu_) = false;
