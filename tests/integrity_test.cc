@@ -3,6 +3,7 @@
 // other writers wrote, and faults (odd names, a damaged index, a low fd limit) that must
 // never kill the daemon or lose data. Each one mounts epochfs for real.
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -418,6 +419,62 @@ class GlusterSourceTest : public ::testing::Test {
   fsys::path mnt_ = local_ / "mnt";
   fsys::path cache_ = local_ / "cache";
 };
+
+// Two nodes over one GlusterFS volume, each with its own Gluster client, its own epochfs
+// and its own cache (docs/multi-node.md). A write through node A is read through node B
+// at its next open once B's Gluster client shows it (epochfs adds no staleness of its
+// own: B never shows older bytes than its client does), and a node whose daemon dies
+// right after a write loses nothing of it.
+TEST_F(GlusterSourceTest, TwoNodesSeeEachOthersWritesAndADeadNodeLosesNothing) {
+  // Node B's own client of the same volume (tests/glusterfs.sh names it epochfs-g).
+  const fsys::path client_b = local_ / "client-b";
+  fsys::create_directories(client_b);
+  CommandResult mounted = epochfs::testing::Run(
+      {"glusterfs", "--volfile-server=localhost", "--volfile-id=epochfs-g", client_b.string()});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  struct ClientBack {
+    fsys::path dir;
+    ~ClientBack() { epochfs::testing::Run({"umount", "-l", dir.string()}); }
+  } client_back{client_b};
+  for (int i = 0; i < 50 && epochfs::testing::Run({"mountpoint", "-q", client_b.string()}).exit_code != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string name = src_.filename().string();
+  const fsys::path src_b = client_b / name;
+  const fsys::path mnt_b = local_ / "mnt-b";
+  fsys::create_directories(mnt_b);
+  WriteFile(src_ / "shared.bin", "version 1\n");
+  Mount a(src_, mnt_, cache_);
+  ASSERT_TRUE(a.ok()) << a.output();
+  Mount b(src_b, mnt_b, local_ / "cache-b");
+  ASSERT_TRUE(b.ok()) << b.output();
+  EXPECT_EQ(b.Stats()["consistency"].get<std::string>(), "open");
+
+  // Reads B until its client shows `want`; then B itself must show it at its next open.
+  auto b_follows = [&](const std::string& file, const std::string& want) {
+    for (int i = 0; i < 100; ++i) {
+      std::error_code ec;
+      if (fsys::exists(src_b / file, ec) && ReadFile(src_b / file) == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(ReadFile(src_b / file), want) << "node B's Gluster client never showed it";
+    EXPECT_EQ(ReadFile(mnt_b / file), want) << "node B's epochfs is behind its client";
+  };
+  EXPECT_EQ(ReadFile(mnt_b / "shared.bin"), "version 1\n");  // B caches version 1
+  WriteFile(mnt_ / "shared.bin", "version 2, longer than the first\n");  // through node A
+  b_follows("shared.bin", "version 2, longer than the first\n");
+  WriteFile(mnt_ / "shared.bin", "v3\n");  // shorter
+  b_follows("shared.bin", "v3\n");
+  WriteFile(mnt_ / "new.bin", std::string(300000, 'n'));  // a file B has never seen
+  b_follows("new.bin", std::string(300000, 'n'));
+
+  // Node A dies right after a write returned: the write is in the volume.
+  WriteFile(mnt_ / "last.bin", "written just before the crash\n");
+  const int pid = a.Stats()["pid"].get<int>();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  b_follows("last.bin", "written just before the crash\n");
+  EXPECT_EQ(ReadFile(src_ / "last.bin"), "written just before the crash\n");  // A's client too
+}
 
 TEST_F(GlusterSourceTest, AutoPicksOpenModeAndReadsAreByteIdentical) {
   Dataset d = Dataset::Make(src_, 200, 4, 200000, 21);
