@@ -136,7 +136,7 @@ class CacheImpl final : public Cache {
 
   bool MoveToKernel(const SourceIdentity& file, const KernelStore& store) override {
     if (!options_.drop_kernel_pages) return false;
-    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    const uint64_t chunks = ChunksOf(file);
     for (uint64_t c = 0; c < chunks; ++c) {
       const ChunkKey key{file.dev, file.ino, static_cast<uint32_t>(c)};
       std::optional<ChunkBytes> bytes = ram_->TakeForKernel(key, file);
@@ -150,7 +150,7 @@ class CacheImpl final : public Cache {
   }
 
   bool CopyToKernel(const SourceIdentity& file, const KernelStore& store) override {
-    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    const uint64_t chunks = ChunksOf(file);
     bool copied = false;
     for (uint64_t c = 0; c < chunks; ++c) {
       const ChunkKey key{file.dev, file.ino, static_cast<uint32_t>(c)};
@@ -162,18 +162,8 @@ class CacheImpl final : public Cache {
     return copied;
   }
 
-  bool InKernel(const SourceIdentity& file) const override {
-    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
-    for (uint64_t c = 0; c < chunks; ++c) {
-      if (!ram_->HoldsKernelEntry(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
-        return false;
-      }
-    }
-    return chunks > 0;
-  }
-
   bool HoldsInRam(const SourceIdentity& file) const override {
-    const uint64_t chunks = file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+    const uint64_t chunks = ChunksOf(file);
     for (uint64_t c = 0; c < chunks; ++c) {
       if (!ram_->HoldsBytes(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
         return false;
@@ -192,6 +182,9 @@ class CacheImpl final : public Cache {
   CacheStats Stats() const override;
 
  private:
+  uint64_t ChunksOf(const SourceIdentity& file) const {
+    return file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+  }
   ChunkKey KeyOf(const SourceFile& file, uint64_t chunk) const {
     return ChunkKey{file.id.dev, file.id.ino, static_cast<uint32_t>(chunk)};
   }

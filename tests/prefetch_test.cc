@@ -342,6 +342,19 @@ class StreamTest : public PrefetchTest {
     EXPECT_TRUE(m->Unmount());
     return names;
   }
+  // Flips one bit in the middle of the (only) pack file: one entry fails its checksum.
+  bool CorruptTheMiddleOfThePack() const {
+    const fsys::path pack = OnlyPack(cache_);
+    if (pack.empty()) return false;
+    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fsys::file_size(pack) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x10));
+    return true;
+  }
   static fsys::path OnlyPack(const fsys::path& cache) {
     std::vector<fsys::path> packs;
     for (const auto& e : fsys::directory_iterator(cache / "packs")) packs.push_back(e.path());
@@ -404,17 +417,7 @@ TEST_P(StreamTest, RestartWarmsTheRecordedMetadataUntilLookedUp) {
 // A damaged entry inside a streamed range is dropped, counted and read from the source.
 TEST_P(StreamTest, CorruptEntryInAStreamedRangeIsReadFromTheSource) {
   const auto names = FillAndUnmount(300, {});
-  const fsys::path pack = OnlyPack(cache_);
-  ASSERT_FALSE(pack.empty());
-  {
-    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
-    const auto middle = static_cast<std::streamoff>(fsys::file_size(pack) / 2);
-    f.seekg(middle);
-    char c;
-    f.get(c);
-    f.seekp(middle);
-    f.put(static_cast<char>(c ^ 0x10));
-  }
+  ASSERT_TRUE(CorruptTheMiddleOfThePack());
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
   WaitFor(*m, "ssd_streamed", 299);
@@ -560,17 +563,7 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
 // file is read from the source.
 TEST_P(PushTest, ACorruptPackEntryIsNeverPushed) {
   const auto names = FillAndUnmount(300, {});
-  const fsys::path pack = OnlyPack(cache_);
-  ASSERT_FALSE(pack.empty());
-  {
-    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
-    const auto middle = static_cast<std::streamoff>(fsys::file_size(pack) / 2);
-    f.seekg(middle);
-    char c;
-    f.get(c);
-    f.seekp(middle);
-    f.put(static_cast<char>(c ^ 0x10));
-  }
+  ASSERT_TRUE(CorruptTheMiddleOfThePack());
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
   ListAll();
