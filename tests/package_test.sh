@@ -31,6 +31,8 @@ need /usr/lib/systemd/system/epochfs@.service
 need /etc/epochfs/epochfs.conf.example
 need /usr/share/doc/epochfs/operations.md
 need /usr/lib/python3/dist-packages/epochfs/__init__.py
+need /usr/lib/python3/dist-packages/epochfs/hook.py
+need /usr/share/epochfs/python-run/sitecustomize.py
 if ! grep -q '^/usr/lib/python3/dist-packages/epochfs/_epochfs.*\.so$' "$work/contents"; then
   echo "missing from the package: the Python extension"
   fail=1
@@ -44,5 +46,9 @@ mkdir "$work/clean"
 (cd "$work/clean" && PYTHONPATH="$work/root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -c "import epochfs; print('import epochfs:', epochfs.__file__); epochfs.Loader") ||
   { echo "the packaged Python package does not import"; fail=1; }
+# `epochfs run` puts the packaged hook first on the child's path.
+(cd "$work/clean" && "$work/root/usr/bin/epochfs" run -- /usr/bin/python3 -c \
+  "import sitecustomize; assert sitecustomize.__file__.startswith('$work/root/usr/share/epochfs/python-run/'), sitecustomize.__file__") ||
+  { echo "epochfs run does not use the packaged hook"; fail=1; }
 [ $fail -eq 0 ] && echo "Debian package OK"
 exit $fail
