@@ -156,7 +156,10 @@ class CacheImpl final : public Cache {
       const ChunkKey key{file.dev, file.ino, static_cast<uint32_t>(c)};
       std::optional<ChunkBytes> bytes = ram_->TakeCopyForKernel(key, file);
       if (!bytes) continue;  // absent, moved, or copied already
-      if (!store(c * options_.chunk_size, bytes->span())) return copied;
+      if (!store(c * options_.chunk_size, bytes->span())) {
+        ram_->CopyNotTaken(key, file);  // a retry (the inode known by then) copies it
+        return copied;
+      }
       copied = true;
     }
     return copied;

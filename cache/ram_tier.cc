@@ -141,6 +141,12 @@ std::optional<ChunkBytes> RamTier::TakeCopyForKernel(const ChunkKey& key,
   return it->second.bytes;
 }
 
+void RamTier::CopyNotTaken(const ChunkKey& key, const SourceIdentity& id) {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.id == id) it->second.copied_to_kernel = false;
+}
+
 void RamTier::ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
   MutexLock lock(mu_);
   auto it = entries_.find(key);

@@ -192,6 +192,8 @@ TEST(RamTierTest, ACopyForTheKernelKeepsTheBytesAndIsMadeOnceUntilARead) {
   EXPECT_EQ(tier.GetStats().kernel_entries, 0u);
   ASSERT_TRUE(tier.Lookup(Key(1), Id(1)));  // a read: the kernel's copy is gone
   EXPECT_TRUE(tier.TakeCopyForKernel(Key(1), Id(1)));
+  tier.CopyNotTaken(Key(1), Id(1));  // the kernel refused it (no inode yet)
+  EXPECT_TRUE(tier.TakeCopyForKernel(Key(1), Id(1)));
   EXPECT_FALSE(tier.TakeCopyForKernel(Key(1), Id(2)));  // another identity: nothing
 }
 

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -474,6 +475,42 @@ TEST_F(GlusterSourceTest, TwoNodesSeeEachOthersWritesAndADeadNodeLosesNothing) {
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   b_follows("last.bin", "written just before the crash\n");
   EXPECT_EQ(ReadFile(src_ / "last.bin"), "written just before the crash\n");  // A's client too
+}
+
+// On the network source, with the order published, readahead runs ahead of the reader
+// (many reads in flight); files changed underneath after they were read ahead (and
+// pushed, or kept in RAM) are read with their new bytes: same size with the old mtime
+// back, longer, emptied.
+TEST_F(GlusterSourceTest, ReadAheadFilesChangedUnderneathAreReadNew) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 120; ++i) {
+    names.push_back("f" + std::to_string(i) + ".bin");
+    WriteFile(src_ / names.back(), RandomBytes(40000, i));
+    AgeFile(src_ / names.back(), 3600);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the racily-clean rule
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  for (const auto& e : fsys::directory_iterator(mnt_)) (void)e;  // the kernel learns them
+  std::string plan = "epochfs-plan 1\n";
+  for (const auto& n : names) plan += n + "\n";
+  ASSERT_EQ(WritePlan(mnt_, plan + "\n"), 0);
+  // Until readahead has the whole plan in (RAM or the page cache).
+  for (int i = 0; i < 200 && m.Stats()["prefetched"].get<uint64_t>() < 120; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::map<std::string, std::string> want;
+  for (int i = 0; i < 120; ++i) want[names[i]] = RandomBytes(40000, i);
+  want[names[10]] = RandomBytes(40000, 10'000);
+  WriteFile(src_ / names[10], want[names[10]]);
+  AgeFile(src_ / names[10], 3600);  // only ctime tells
+  want[names[50]] = RandomBytes(70000, 50'000);
+  WriteFile(src_ / names[50], want[names[50]]);
+  want[names[90]] = "";
+  WriteFile(src_ / names[90], "");
+  for (const auto& n : names) ASSERT_EQ(ReadFile(mnt_ / n), want[n]) << n;
+  const auto s = m.Stats();
+  EXPECT_GE(s["prefetched"].get<uint64_t>(), 100u) << s.dump();
 }
 
 TEST_F(GlusterSourceTest, AutoPicksOpenModeAndReadsAreByteIdentical) {
