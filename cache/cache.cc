@@ -165,6 +165,15 @@ class CacheImpl final : public Cache {
     return copied;
   }
 
+  bool CopyPending(const SourceIdentity& file) const override {
+    for (uint64_t c = 0; c < ChunksOf(file); ++c) {
+      if (ram_->CopyPending(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   bool HoldsInRam(const SourceIdentity& file) const override {
     const uint64_t chunks = ChunksOf(file);
     for (uint64_t c = 0; c < chunks; ++c) {

@@ -237,6 +237,8 @@ class Cache {
   // its own, like the pages of any read, and a file is copied again only once a read
   // reaching the daemon showed the kernel lost it. False when nothing was copied.
   virtual bool CopyToKernel(const SourceIdentity& file, const KernelStore& store) = 0;
+  // Whether CopyToKernel would copy any chunk of `file` now (cheap: no I/O).
+  virtual bool CopyPending(const SourceIdentity& file) const = 0;
   // Whether every chunk of `file` is in the RAM tier with its bytes (not moved).
   virtual bool HoldsInRam(const SourceIdentity& file) const = 0;
 

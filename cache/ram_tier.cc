@@ -141,6 +141,13 @@ std::optional<ChunkBytes> RamTier::TakeCopyForKernel(const ChunkKey& key,
   return it->second.bytes;
 }
 
+bool RamTier::CopyPending(const ChunkKey& key, const SourceIdentity& id) const {
+  MutexLock lock(mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.id == id && !it->second.in_kernel() &&
+         !it->second.copied_to_kernel;
+}
+
 void RamTier::CopyNotTaken(const ChunkKey& key, const SourceIdentity& id) {
   MutexLock lock(mu_);
   auto it = entries_.find(key);

@@ -83,6 +83,8 @@ class RamTier {
   // too: nullopt when absent, a kernel entry, or copied already and not read since (a
   // read reaching the daemon means the kernel lost the copy). Marks the entry copied.
   std::optional<ChunkBytes> TakeCopyForKernel(const ChunkKey& key, const SourceIdentity& id);
+  // Whether TakeCopyForKernel would hand out (key, id) now.
+  bool CopyPending(const ChunkKey& key, const SourceIdentity& id) const;
   // The copy TakeCopyForKernel handed out did not reach the kernel: the next may.
   void CopyNotTaken(const ChunkKey& key, const SourceIdentity& id);
 

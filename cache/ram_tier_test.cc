@@ -185,7 +185,9 @@ TEST(RamTierTest, ACopyForTheKernelKeepsTheBytesAndIsMadeOnceUntilARead) {
   RamTier tier(1 << 20, NewLruPolicy(), [](uint64_t, uint64_t) { FAIL() << "no drop"; });
   ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(5000, 'c')));
   const uint64_t charged = tier.GetStats().bytes;
+  EXPECT_TRUE(tier.CopyPending(Key(1), Id(1)));
   ASSERT_TRUE(tier.TakeCopyForKernel(Key(1), Id(1)));
+  EXPECT_FALSE(tier.CopyPending(Key(1), Id(1)));
   EXPECT_FALSE(tier.TakeCopyForKernel(Key(1), Id(1)));  // copied already
   EXPECT_TRUE(tier.HoldsBytes(Key(1), Id(1)));
   EXPECT_EQ(tier.GetStats().bytes, charged);

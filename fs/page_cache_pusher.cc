@@ -86,6 +86,12 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     return PushResult::kNotKnown;
   }
   if (node->is_dir) return PushResult::kRefused;
+  // Nothing to store (moved already, or copied and not read since): spare the checks,
+  // two source stats each (round trips on a network source), a file already pushed
+  // would cost at every epoch.
+  if (!(one_copy_ ? cache_->HoldsInRam(file) : cache_->CopyPending(file))) {
+    return PushResult::kRefused;
+  }
   bool stored = false;
   bool forgotten = false;
   {
@@ -135,7 +141,8 @@ bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
 }
 
 void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
-  if (!one_copy_) return;  // (nothing is moved then; kept for clarity)
+  // Copies are the kernel's own (no kernel entry lets go of them): nothing to drop.
+  if (!one_copy_) return;
   {
     MutexLock lock(drops_mu_);
     drops_.emplace_back(dev, ino);
@@ -163,7 +170,6 @@ void PageCachePusher::RunDrops() {
       if (!node) continue;
       // Attributes and pages: FUSE drops attributes with any page range.
       fuse_lowlevel_notify_inval_inode(session_, node->nodeid, 0, 0);
-      drops_done_.fetch_add(1, std::memory_order_relaxed);
     }
     batch.clear();
   }
@@ -171,7 +177,7 @@ void PageCachePusher::RunDrops() {
 
 PageCachePusher::Stats PageCachePusher::GetStats() const {
   return Stats{pushed_files_.load(), pushed_bytes_.load(), not_known_.load(), refused_.load(),
-               store_errors_.load(), dropped_after_.load(), drops_done_.load()};
+               store_errors_.load(), dropped_after_.load()};
 }
 
 void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const CounterVisitor& visit) {

@@ -90,7 +90,6 @@ class PageCachePusher final : public prefetch::KernelPages {
     uint64_t refused = 0;    // changed, racily clean, other attributes, or being written
     uint64_t store_errors = 0;
     uint64_t dropped_after = 0;  // found changed right after the store: dropped at once
-    uint64_t drops = 0;          // drops the RAM policy asked for, done
   };
   Stats GetStats() const;
   // Names the counters above (base/counters.h); `pusher` may be null (pushing off):
@@ -118,7 +117,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   std::vector<std::pair<uint64_t, uint64_t>> drops_ GUARDED_BY(drops_mu_);
 
   std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, not_known_{0}, refused_{0},
-      store_errors_{0}, dropped_after_{0}, drops_done_{0};
+      store_errors_{0}, dropped_after_{0};
   std::thread drop_thread_;
 };
 

@@ -171,6 +171,21 @@ int WritePlan(const fsys::path& mnt, const std::string& text, size_t piece) {
   return err;
 }
 
+bool ExitsWithin(int pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    bool running = false;
+    while (std::getline(status, line)) {
+      if (line.rfind("State:", 0) == 0) running = line.find('Z') == std::string::npos;
+    }
+    if (!running) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 void AgeFile(const fsys::path& path, int seconds_ago) {
   struct timespec ts[2];
   ::clock_gettime(CLOCK_REALTIME, &ts[0]);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -142,6 +143,10 @@ struct Dataset {
   static Dataset Make(const fsys::path& root, int count, int classes, size_t max_size,
                       uint64_t seed);
 };
+
+// Whether process `pid` stops running within `timeout`: gone, or a zombie waiting for a
+// reaper (there is no init here to reap a daemon).
+bool ExitsWithin(int pid, std::chrono::milliseconds timeout);
 
 // Sets the file's atime and mtime to `seconds_ago` in the past.
 void AgeFile(const fsys::path& path, int seconds_ago);

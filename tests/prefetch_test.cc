@@ -455,18 +455,8 @@ TEST_P(StreamTest, StreamingStaysWithinTheRamBudgetAndStopsAtUnmount) {
   EXPECT_EQ(s["source_reads"], 0) << s.dump();
   const int pid = s["pid"].get<int>();
   ASSERT_TRUE(m->Unmount());
-  // Gone, or a zombie waiting for a reaper (no init here): not running in any case.
-  bool running = true;
-  for (int i = 0; i < 100 && running; ++i) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    running = false;
-    while (std::getline(status, line)) {
-      if (line.rfind("State:", 0) == 0) running = line.find('Z') == std::string::npos;
-    }
-    if (running) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_FALSE(running) << "daemon " << pid << " still running after unmount";
+  EXPECT_TRUE(ExitsWithin(pid, std::chrono::seconds(5)))
+      << "daemon " << pid << " still running after unmount";
 }
 
 INSTANTIATE_TEST_SUITE_P(Consistency, StreamTest, ::testing::Values("notify", "open"));
@@ -642,18 +632,9 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   const int pid = s["pid"].get<int>();
   const CommandResult down = Epochfs({"umount", mnt_.string()});
   ASSERT_EQ(down.exit_code, 0) << down.output;
-  // Pushing stopped with the daemon: gone, or a zombie waiting for a reaper.
-  bool running = true;
-  for (int i = 0; i < 100 && running; ++i) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    running = false;
-    while (std::getline(status, line)) {
-      if (line.rfind("State:", 0) == 0) running = line.find('Z') == std::string::npos;
-    }
-    if (running) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_FALSE(running) << "daemon " << pid << " still running after unmount";
+  // Pushing stopped with the daemon.
+  EXPECT_TRUE(ExitsWithin(pid, std::chrono::seconds(5)))
+      << "daemon " << pid << " still running after unmount";
 }
 
 INSTANTIATE_TEST_SUITE_P(Consistency, PushTest, ::testing::Values("notify", "open"));
