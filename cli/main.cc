@@ -94,15 +94,23 @@ int main(int argc, char** argv) {
   warm->add_option("-j,--threads", warm_options.threads, "Parallel readers")->capture_default_str();
 
   // ---- run (cli/run_command.h) ----
-  std::vector<std::string> run_command;
+  // Everything after `run` (and an optional `--`) is COMMAND, verbatim. CLI11 would take a
+  // `--` for its own and move COMMAND's options around, so the command is cut off before
+  // parsing and CLI11 sees `run` alone (or `run --help`).
   auto* run = app.add_subcommand(
-      "run", "Run COMMAND so that its torch DataLoaders publish each epoch's order");
-  run->add_option("COMMAND", run_command, "The command and its arguments (after --)")
-      ->required();
-  run->prefix_command();
+      "run", "Run COMMAND so that its torch DataLoaders publish each epoch's order\n"
+             "Usage: epochfs run [--] COMMAND [ARGS...]");
+  std::vector<std::string> run_command;
+  int parse_argc = argc;
+  if (argc >= 2 && std::string_view(argv[1]) == "run") {
+    run_command.assign(argv + 2, argv + argc);
+    const bool help = !run_command.empty() && (run_command[0] == "-h" || run_command[0] == "--help");
+    parse_argc = help ? 3 : 2;
+    if (!run_command.empty() && run_command.front() == "--") run_command.erase(run_command.begin());
+  }
 
   try {
-    app.parse(argc, argv);
+    app.parse(parse_argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -128,7 +136,7 @@ int main(int argc, char** argv) {
   if (*umount) return cli::RunUmountCommand(umount_target, lazy, dead_only);
   if (*status) return cli::RunStatus(status_target, json);
   if (*run) {
-    for (const std::string& arg : run->remaining()) run_command.push_back(arg);
+    if (run_command.empty()) return Refuse("run: no COMMAND given (epochfs run -- COMMAND [ARGS...])");
     return cli::RunCommand(run_command);
   }
   if (*warm) {

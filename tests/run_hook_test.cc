@@ -122,5 +122,21 @@ TEST(RunCommand, AMissingCommandExits127) {
   EXPECT_EQ(none.exit_code, 2) << none.output;
 }
 
+// COMMAND's arguments reach it verbatim and in order: its own options, and a `--` of its
+// own, with or without the `--` that ends epochfs's (CLI11 once moved a leading `--` to
+// the end and reordered `-x` options: a training script got "--" as an argument).
+TEST(RunCommand, PassesTheCommandsArgumentsVerbatim) {
+  const std::vector<std::string> command = {"/bin/sh", "-c", "printf '%s|' \"$@\"", "sh",
+                                            "--root", "x", "-h", "--", "--b", "c"};
+  for (const bool dashes : {true, false}) {
+    std::vector<std::string> args = {EPOCHFS_BINARY, "run"};
+    if (dashes) args.push_back("--");
+    args.insert(args.end(), command.begin(), command.end());
+    const CommandResult r = epochfs::testing::Run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output, "--root|x|-h|--|--b|c|") << "with -- " << dashes;
+  }
+}
+
 }  // namespace
 }  // namespace epochfs::testing
