@@ -98,9 +98,10 @@ int main(int argc, char** argv) {
   // `--` for its own and move COMMAND's options around, so the command is cut off before
   // parsing and CLI11 sees `run` alone (or `run --help`).
   auto* run = app.add_subcommand(
-      "run", "Run COMMAND so that its torch DataLoaders publish each epoch's order\n"
-             "Usage: epochfs run [--] COMMAND [ARGS...]");
+      "run", "Run COMMAND so that its torch DataLoaders publish each epoch's order");
   std::vector<std::string> run_command;
+  // For --help only: CLI11 never sees COMMAND (below).
+  run->add_option("COMMAND", run_command, "The command and its arguments, verbatim (after --)");
   int parse_argc = argc;
   if (argc >= 2 && std::string_view(argv[1]) == "run") {
     run_command.assign(argv + 2, argv + argc);

@@ -354,6 +354,7 @@ Status Daemon::Start() {
   prefetch_options.file_table_bytes = memory_.file_table;
   prefetch_options.chunk_size = options.chunk_size;
   prefetch_options.push_to_kernel = pusher_ != nullptr;
+  prefetch_options.ssd_budget = options.disk_budget;
   prefetcher_ = prefetch::Prefetcher::Create(std::move(prefetch_options), *source_tree_,
                                              cache_.get(), ram_policy_);
 

@@ -7,6 +7,8 @@ namespace epochfs::prefetch {
 
 uint64_t EpochPolicy::RankLocked(const FileKey& file) const {
   if (auto it = read_.find(file); it != read_.end()) {
+    // The read used the file's first plan position; its next one, if any, ranks it.
+    if (auto later = plan_later_pos_.find(file); later != plan_later_pos_.end()) return later->second;
     return std::numeric_limits<uint64_t>::max() - it->second;  // oldest read is highest
   }
   if (auto it = plan_pos_.find(file); it != plan_pos_.end()) return it->second;
@@ -49,15 +51,18 @@ void EpochPolicy::NewEpoch() {
 void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
   MutexLock lock(mu_);
   plan_pos_.clear();
+  plan_later_pos_.clear();
   plan_pos_.reserve(order.size());
-  for (size_t i = 0; i < order.size(); ++i) plan_pos_.emplace(order[i], i);  // first use wins
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (!plan_pos_.emplace(order[i], i).second) plan_later_pos_.emplace(order[i], i);
+  }
   RerankLocked();
 }
 
 bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) const {
   MutexLock lock(mu_);
   if (bytes_ + bytes <= budget_) return true;
-  if (read_.count(file) != 0 || by_rank_.empty()) return false;
+  if (SpentLocked(file) || by_rank_.empty()) return false;
   return RankLocked(file) < by_rank_.rbegin()->first;
 }
 
@@ -68,7 +73,7 @@ uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) const {
     const uint64_t average = cached_.empty() ? 1 : std::max<uint64_t>(1, bytes_ / cached_.size());
     n = static_cast<uint32_t>(std::min<uint64_t>(limit, (budget_ - bytes_) / average));
   }
-  if (read_.count(file) != 0) return n;  // a read file never evicts
+  if (SpentLocked(file)) return n;  // a spent file never evicts
   const uint64_t rank = RankLocked(file);
   for (auto it = by_rank_.rbegin(); it != by_rank_.rend() && n < limit && it->first > rank; ++it) {
     ++n;
@@ -112,7 +117,7 @@ std::optional<cache::ChunkKey> EpochPolicy::Victim() {
 bool EpochPolicy::AdmitWhenFull(const cache::ChunkKey& key, uint64_t bytes) {
   MutexLock lock(mu_);
   const FileKey file{key.dev, key.ino};
-  if (read_.count(file) != 0 || by_rank_.empty()) return false;
+  if (SpentLocked(file) || by_rank_.empty()) return false;
   return RankLocked(file) < by_rank_.rbegin()->first;
 }
 

@@ -7,9 +7,13 @@
 //  - a chunk of an unread file with no plan position: next;
 //  - a chunk of an unread file in the published plan: its plan position (Belady: the
 //    file needed furthest in the future goes first).
+// A plan may run on into the next epoch (a publisher that knows it, such as
+// DistributedSampler's, appends it), so a file can be in it twice: once a file is read,
+// its next position ranks it, like an unread file's; a file read with no later
+// position is *spent*.
 // A chunk may evict others only if it ranks strictly lower than the worst cached one,
-// and a chunk of a file already read this epoch never evicts anything (it would only
-// be useful next epoch, and taking room for it is exactly LRU's thrash). Without
+// and a chunk of a spent file never evicts anything (it would only be useful in some
+// later epoch, and taking room for it is exactly LRU's thrash). Without
 // prefetching this behaves as a static set (hit ratio c under reshuffling); with the
 // prefetcher refilling freed room with unread files it is the remaining-set policy
 // (c + c ln(1/c)); with a plan, Belady.
@@ -44,7 +48,8 @@ class EpochPolicy final : public cache::EvictionPolicy {
   void MarkRead(const FileKey& file);
   // A new epoch starts: every file is unread again.
   void NewEpoch();
-  // The upcoming order (positions are indices into `order`); an empty order clears it.
+  // The upcoming order (positions are indices into `order`; a file's first two count);
+  // an empty order clears it.
   void SetPlan(const std::vector<FileKey>& order);
   // Whether `bytes` more of `file` would get into the tier now (room, or a worse entry
   // to evict). Approximate: the tier may change before the prefetch lands.
@@ -66,6 +71,10 @@ class EpochPolicy final : public cache::EvictionPolicy {
  private:
   static constexpr uint64_t kUnplanned = uint64_t{1} << 62;
   uint64_t RankLocked(const FileKey& file) const REQUIRES(mu_);
+  // Read this epoch, and not in the plan after that read.
+  bool SpentLocked(const FileKey& file) const REQUIRES(mu_) {
+    return read_.count(file) != 0 && plan_later_pos_.count(file) == 0;
+  }
   void RerankLocked() REQUIRES(mu_);
   void RerankFileLocked(const FileKey& file) REQUIRES(mu_);
 
@@ -74,7 +83,8 @@ class EpochPolicy final : public cache::EvictionPolicy {
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   uint64_t read_seq_ GUARDED_BY(mu_) = 0;
   std::unordered_map<FileKey, uint64_t, FileKeyHash> read_ GUARDED_BY(mu_);  // file -> read seq
-  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_ GUARDED_BY(mu_);
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_ GUARDED_BY(mu_);  // first use
+  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_later_pos_ GUARDED_BY(mu_);  // second
   struct Cached {
     uint64_t rank;
     uint64_t bytes;

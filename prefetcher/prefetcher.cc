@@ -67,6 +67,11 @@ constexpr uint32_t kMinStreamBatch = 16;
 // At most this many files wait for their inode to be pushed (RetryPushes): a bound,
 // not a size the RAM tier cannot hold anyway.
 constexpr size_t kMaxUnpushed = 1 << 16;
+// Fills: how many plan entries one look may pass over, how often the SSD tier's room is
+// read, and how full the tier may get from them.
+constexpr size_t kFillScan = 256;
+constexpr auto kSsdRoomPeriod = std::chrono::milliseconds(250);
+constexpr double kSsdFillFraction = 0.9;
 
 // A plan entry the full file table did not take (PrefetcherOptions::file_table_bytes).
 constexpr uint32_t kUntracked = UINT32_MAX;
@@ -74,6 +79,9 @@ constexpr uint32_t kUntracked = UINT32_MAX;
 struct Candidate {
   std::string path;
   std::optional<FileKey> key;
+  // A plan entry beyond the window, read from the source into the SSD tier (not RAM's
+  // concern, not pushed): PrefetcherOptions::ssd_budget.
+  bool fill = false;
 };
 
 class PrefetcherImpl final : public Prefetcher {
@@ -142,6 +150,10 @@ class PrefetcherImpl final : public Prefetcher {
   std::optional<Candidate> NextLocked() REQUIRES(mu_);
   std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
                                              size_t cursor) REQUIRES(mu_);
+  // The next plan entry beyond the window that no tier holds (ssd_budget).
+  std::optional<Candidate> NextFillLocked() REQUIRES(mu_);
+  // Whether the SSD tier has room for fills (checked at most every kSsdRoomPeriod).
+  bool SsdHasRoom();
   std::optional<Candidate> NextSequentialLocked() REQUIRES(mu_);
   std::optional<Candidate> NextShuffledLocked() REQUIRES(mu_);
   // Sort the catalog by SSD position for this epoch's remaining-set readahead, in
@@ -177,9 +189,11 @@ class PrefetcherImpl final : public Prefetcher {
     return options_.pacer ? std::max(options_.threads, options_.pacer->depth()) : options_.threads;
   }
   // Whether the RAM policy has room for kMinStreamBatch more unread files (free room or
-  // files already read this epoch to evict), beyond those in flight.
+  // files already read this epoch to evict), beyond those in flight. A plan's next files
+  // are checked one by one instead (RefusedLocked): files read this epoch but planned
+  // again (the next epoch's) rank above an unplanned file, and would always say no.
   bool RoomForStreamLocked() const REQUIRES(mu_) {
-    if (!policy_) return true;
+    if (!policy_ || PatternLocked() == Pattern::kPublished) return true;
     const uint32_t want = inflight_ + kMinStreamBatch;
     return policy_->Displaceable(FileKey{}, want) >= want;  // an unread file, no plan
   }
@@ -252,6 +266,11 @@ class PrefetcherImpl final : public Prefetcher {
   uint64_t prefetched_count_ GUARDED_BY(mu_) = 0;
   uint64_t prefetch_hits_ GUARDED_BY(mu_) = 0;
   uint64_t prefetch_refused_ GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_filled_ GUARDED_BY(mu_) = 0;
+  size_t fill_next_ GUARDED_BY(mu_) = 0;  // plan entries before it are handled or in the window
+  std::unordered_set<FileKey, FileKeyHash> filled_ GUARDED_BY(mu_);  // issued this epoch
+  std::atomic<bool> ssd_room_{true};
+  std::atomic<int64_t> ssd_room_checked_ns_{0};
   uint64_t prefetch_errors_ GUARDED_BY(mu_) = 0;
   uint64_t plans_published_ GUARDED_BY(mu_) = 0;
   uint32_t plans_ GUARDED_BY(mu_) = 0;  // publishers merged into plan_
@@ -383,7 +402,8 @@ void PrefetcherImpl::NewEpochLocked() {
   plan_.clear();
   plan_index_.clear();
   plan_order_.clear();
-  plan_next_ = plan_cursor_ = replay_next_ = replay_cursor_ = shuffled_next_ = 0;
+  plan_next_ = plan_cursor_ = replay_next_ = replay_cursor_ = shuffled_next_ = fill_next_ = 0;
+  filled_.clear();
   pack_order_.clear();
   if (policy_) {
     policy_->SetPlan({});
@@ -447,7 +467,7 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint
       // Another publisher's plan joined or left: the same epoch, a new merged order.
       plan_index_.clear();
       plan_order_.clear();
-      plan_next_ = plan_cursor_ = 0;
+      plan_next_ = plan_cursor_ = fill_next_ = 0;
     }
     // A plan written (a new epoch, or one more publisher), not one dropped, counts.
     if (new_epoch || plans > plans_) ++plans_published_;
@@ -458,10 +478,11 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint
     plan_order_.reserve(plan_.size());
     for (size_t i = 0; i < plan_.size(); ++i) {
       keys.push_back(plan_[i].key);
-      plan_index_.emplace(plan_[i].key, static_cast<uint32_t>(i));
+      const bool first_use = plan_index_.emplace(plan_[i].key, static_cast<uint32_t>(i)).second;
       plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path).value_or(kUntracked));
-      // Mid-epoch, the reader is as far as the furthest entry it has read.
-      if (!new_epoch && accessed_.count(plan_[i].key) != 0) plan_cursor_ = i;
+      // Mid-epoch, the reader is as far as the furthest entry it has read (a file's
+      // second entry, in the next epoch, is not read yet).
+      if (!new_epoch && first_use && accessed_.count(plan_[i].key) != 0) plan_cursor_ = i;
     }
     if (policy_) policy_->SetPlan(keys);
     plan_fingerprint_ = Fingerprint(plan_, [](const PlannedFile& f) -> const std::string& {
@@ -590,7 +611,8 @@ void PrefetcherImpl::WaitForBudgetLocked(MutexLock& lock) {
 std::optional<Candidate> PrefetcherImpl::NextLocked() {
   switch (PatternLocked()) {
     case Pattern::kPublished:
-      return NextInOrderLocked(plan_order_, &plan_next_, plan_cursor_);
+      if (auto next = NextInOrderLocked(plan_order_, &plan_next_, plan_cursor_)) return next;
+      return NextFillLocked();
     case Pattern::kReplay:
       return NextInOrderLocked(previous_order_, &replay_next_, replay_cursor_);
     case Pattern::kSequential:
@@ -601,6 +623,34 @@ std::optional<Candidate> PrefetcherImpl::NextLocked() {
       break;
   }
   return std::nullopt;
+}
+
+std::optional<Candidate> PrefetcherImpl::NextFillLocked() {
+  if (options_.ssd_budget == 0 || !ssd_room_.load(std::memory_order_relaxed)) return std::nullopt;
+  // Nearer entries are the window's (NextInOrderLocked).
+  fill_next_ = std::max<size_t>(fill_next_, plan_cursor_ + 1 + WindowLocked());
+  for (size_t looked = 0; fill_next_ < plan_order_.size() && looked < kFillScan; ++looked) {
+    const uint32_t index = plan_order_[fill_next_++];
+    if (index == kUntracked) continue;
+    const auto& [key, path] = catalog_[index];
+    // Read this epoch: the tiers have it (or could not keep it, and will not now).
+    if (path.empty() || HandledLocked(key) || !filled_.insert(key).second) continue;
+    return Candidate{path, key, /*fill=*/true};
+  }
+  return std::nullopt;
+}
+
+bool PrefetcherImpl::SsdHasRoom() {
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t checked = ssd_room_checked_ns_.load(std::memory_order_relaxed);
+  if (now - checked >= std::chrono::nanoseconds(kSsdRoomPeriod).count() &&
+      ssd_room_checked_ns_.compare_exchange_strong(checked, now)) {
+    const cache::SsdStats ssd = cache_->Stats().ssd;
+    ssd_room_.store(!ssd.degraded && static_cast<double>(ssd.bytes) <
+                                         kSsdFillFraction * static_cast<double>(options_.ssd_budget),
+                    std::memory_order_relaxed);
+  }
+  return ssd_room_.load(std::memory_order_relaxed);
 }
 
 std::vector<Candidate> PrefetcherImpl::TakeBatchLocked(size_t max) {
@@ -700,6 +750,10 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
   std::vector<size_t> which;  // ids[k] belongs to batch[which[k]]
   std::vector<Candidate> rest;
   for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].fill) {  // not in the SSD tier, as far as the plan knows
+      rest.push_back(std::move(batch[i]));
+      continue;
+    }
     Result<cache::SourceIdentity> id = source_.Stat(batch[i].path);
     if (!id.ok()) {
       rest.push_back(std::move(batch[i]));  // Fetch() meets the error and counts it
@@ -731,6 +785,11 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
 }
 
 void PrefetcherImpl::Fetch(const Candidate& candidate) {
+  // A fill of a file the SSD tier holds already costs nothing (the identity is checked
+  // when it is read); one past the tier's room is not made.
+  if (candidate.fill && (!SsdHasRoom() || cache_->SsdPosition(candidate.key->dev, candidate.key->ino))) {
+    return;
+  }
   WaitForDemandReads();
   bool saturated = false;
   {
@@ -775,6 +834,10 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     return;
   }
   prefetch_source_reads_ += done->source_reads;
+  if (candidate.fill) {
+    if (done->source_reads > 0) ++prefetch_filled_;
+    return;  // far ahead: pushing it now would only fill the page cache early
+  }
   if (done->chunks_in_ram > 0 && accessed_.count(key) == 0) {
     ++prefetched_count_;
     landed_.insert(key);
@@ -829,6 +892,7 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.prefetched = prefetched_count_;
   s.prefetch_hits = prefetch_hits_;
   s.prefetch_refused = prefetch_refused_;
+  s.prefetch_filled = prefetch_filled_;
   s.prefetch_errors = prefetch_errors_;
   s.prefetch_source_reads = prefetch_source_reads_;
   if (options_.pacer) {
@@ -902,6 +966,12 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
       CounterInfo{"prefetch_refused", "Readahead candidates the RAM policy would refuse.", kCounter}
           .Show({.row = "readahead", .label = "refused"}),
       prefetch_refused);
+  visit(CounterInfo{"prefetch_filled",
+                    "Plan entries beyond the readahead window read from the source into the SSD "
+                    "tier (a next epoch's files no tier held).",
+                    kCounter}
+            .Show({.row = "readahead", .label = "filled ahead"}),
+        prefetch_filled);
   visit(CounterInfo{"prefetch_errors", "Readahead candidates that could not be opened or read.",
                     kCounter}
             .Show({.row = "readahead", .label = "errors"}),

@@ -122,6 +122,12 @@ struct PrefetcherOptions {
   // file); 0: no bound. Files first seen beyond it are served but not tracked: no
   // readahead, no epoch bookkeeping for them (counted in files_untracked, logged once).
   uint64_t file_table_bytes = 0;
+  // The SSD tier's budget (0: no SSD tier). With one, a plan's entries beyond the window
+  // that no tier holds (a next epoch's shard this node has never read) are read from the
+  // source into it while readahead has nothing nearer to do, as long as the tier has
+  // room (below 90% of this): the source is then busy while the reader hits the tiers,
+  // not when it reaches them.
+  uint64_t ssd_budget = 0;
   // Files readahead brings into RAM move on into the kernel's page cache once a
   // KernelPages is attached (AttachKernelPages); those landed before are kept for then.
   bool push_to_kernel = false;
@@ -137,6 +143,7 @@ struct PrefetcherStats {
   uint64_t prefetched = 0;        // files prefetched with at least one chunk now in RAM
   uint64_t prefetch_hits = 0;     // accesses to files that readahead had brought in
   uint64_t prefetch_refused = 0;  // candidates skipped: the RAM policy would refuse them
+  uint64_t prefetch_filled = 0;   // plan entries beyond the window read into the SSD tier
   uint64_t prefetch_errors = 0;   // candidates that could not be opened or read
   uint64_t prefetch_source_reads = 0;  // chunks readahead read from the source
   uint64_t budget_wait_ms = 0;    // time readahead workers waited for the source budget

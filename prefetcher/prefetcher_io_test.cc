@@ -188,5 +188,59 @@ TEST_F(PrefetcherIo, SourceReadsStayWithinTheBudget) {
   EXPECT_GT(s.budget_wait_ms, 0u);          // and it waited for the budget
 }
 
+// A plan that runs on into the next epoch (DistributedSampler's next shard, appended by
+// the run hook): the window reads the next files into RAM as always, and what lies
+// beyond it and no tier holds is read from the source into the SSD tier, before the
+// reader gets near: the source is used while the reader hits the tiers.
+TEST_F(PrefetcherIo, APlanBeyondTheWindowIsFilledIntoTheSsdTier) {
+  OpenCache(64 << 20);
+  Fill({0, 1, 2, 3});  // already in the SSD tier: not read again
+  PrefetcherOptions o;
+  o.threads = 2;
+  o.lookahead = 16;
+  o.ssd_budget = 64 << 20;
+  auto p = StartPrefetcher(std::move(o));
+  // This epoch: files 0-99; the next: 300-399, then 0-3 again (one file twice).
+  std::vector<PlannedFile> plan;
+  auto add = [&](uint32_t i) { plan.push_back(PlannedFile{Name(i), keys_[i], 4096}); };
+  for (uint32_t i = 0; i < 100; ++i) add(i);
+  for (uint32_t i = 300; i < 400; ++i) add(i);
+  for (uint32_t i = 0; i < 4; ++i) add(i);
+  p->Publish(std::move(plan));
+  for (uint32_t i = 0; i < 10; ++i) Access(*p, i);
+  WaitQuiet();
+  ASSERT_TRUE(cache_->Flush().ok());
+  const PrefetcherStats s = p->Stats();
+  EXPECT_EQ(s.plan_position, 9u) << "a file's second entry is not where the reader is";
+  for (uint32_t i : {50u, 99u, 300u, 350u, 399u}) {
+    EXPECT_TRUE(cache_->SsdPosition(keys_[i].dev, keys_[i].ino).has_value()) << Name(i);
+  }
+  for (uint32_t i : {100u, 200u, 299u}) {  // not in the plan
+    EXPECT_FALSE(cache_->SsdPosition(keys_[i].dev, keys_[i].ino).has_value()) << Name(i);
+  }
+  // Each file of the plan was opened once at most, the ones the SSD tier held not at all.
+  std::vector<std::string> opened = Opened();
+  std::sort(opened.begin(), opened.end());
+  EXPECT_EQ(std::adjacent_find(opened.begin(), opened.end()), opened.end());
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_FALSE(std::binary_search(opened.begin(), opened.end(), Name(i)));
+  EXPECT_GE(s.prefetch_filled, 150u);  // 100 of this epoch's past the window, and the next's 100
+}
+
+// With no SSD tier there is nowhere to fill: the window alone reads ahead.
+TEST_F(PrefetcherIo, WithoutSsdTierNothingBeyondTheWindowIsRead) {
+  OpenCache(0);
+  PrefetcherOptions o;
+  o.threads = 2;
+  o.lookahead = 16;
+  auto p = StartPrefetcher(std::move(o));
+  std::vector<PlannedFile> plan;
+  for (uint32_t i = 0; i < 200; ++i) plan.push_back(PlannedFile{Name(i), keys_[i], 4096});
+  p->Publish(std::move(plan));
+  Access(*p, 0);
+  WaitQuiet();
+  EXPECT_LE(Opened().size(), 1u + 16u + 1u);
+  EXPECT_EQ(p->Stats().prefetch_filled, 0u);
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch

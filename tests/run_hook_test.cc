@@ -96,6 +96,39 @@ TEST_F(RunHookTest, DataLoaderReadsTheSameAndPublishesTheSamplersOrder) {
   }
 }
 
+// DistributedSampler's next order is known (a generator seeded with seed + epoch): each
+// epoch's plan is this epoch's shard, then the next one's, so the mount can fetch the
+// next shard during this epoch. What is read stays exactly the sampler's order. A script
+// that never calls set_epoch() reads the same order each epoch: from its second epoch
+// on, that is what is predicted.
+TEST_F(RunHookTest, DistributedSamplerPublishesThisEpochsShardThenTheNext) {
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(fmt::format("workers {}", workers));
+    const nlohmann::json epochs = RunClient(/*wrapped=*/true, workers, "distributed");
+    ASSERT_EQ(epochs.size(), 2u) << last_.output;
+    for (const auto& e : epochs) {
+      auto expected = e["expected"].get<std::vector<std::string>>();
+      const auto next = e["next_expected"].get<std::vector<std::string>>();
+      EXPECT_EQ(e["read"].get<std::vector<std::string>>(), expected);
+      EXPECT_EQ(expected.size(), 15u);  // rank 1 of 2
+      EXPECT_TRUE(e["bytes_match"].get<bool>());
+      EXPECT_NE(expected, next);
+      expected.insert(expected.end(), next.begin(), next.end());
+      EXPECT_EQ(e["plan_fingerprint"].get<std::string>(), Fingerprint(expected));
+    }
+  }
+  const nlohmann::json fixed = RunClient(/*wrapped=*/true, 0, "distributed-fixed");
+  ASSERT_EQ(fixed.size(), 2u) << last_.output;
+  auto order = fixed[1]["expected"].get<std::vector<std::string>>();
+  EXPECT_EQ(fixed[1]["read"].get<std::vector<std::string>>(), order);
+  EXPECT_EQ(fixed[0]["expected"], fixed[1]["expected"]);
+  const std::vector<std::string> again = order;
+  order.insert(order.end(), again.begin(), again.end());
+  EXPECT_EQ(fixed[1]["plan_fingerprint"].get<std::string>(), Fingerprint(order));
+}
+
 // A data set that does not say where its samples are is left alone: the same reads, no
 // plan, one warning.
 TEST_F(RunHookTest, AnUnmappableDatasetIsLeftAloneWithOneWarning) {

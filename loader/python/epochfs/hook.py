@@ -29,13 +29,26 @@ optimisation: a refused plan is one warning, and the epoch goes on.
 
 Several DataLoaders, or ranks (``DistributedSampler``: each rank's shard), each publish
 their own order; see docs/operations.md for how the mount serves several plans.
+
+The next epoch too, where it is known: ``DistributedSampler`` draws each epoch's order
+from a generator seeded with ``seed + epoch``, so its next order can be drawn now, from
+a copy, without touching the real one. Its plan is then this epoch's shard followed by
+the next one's, and the mount fetches the next shard during this epoch (from the shared
+filesystem, for the files this node has never read). The next epoch is the sampler's
+``epoch`` plus the step ``set_epoch()`` took last time (1 at first, as its
+documentation asks; 0 for a script that never calls it). Any other sampler draws from
+a generator the script also uses, and gets this epoch only. A mount that refuses the
+longer plan (its plan memory is a sixteenth of --ram) gets this epoch alone.
 """
 
+import copy
 import logging
 import os
 import threading
+import weakref
 
-__all__ = ["install", "installed", "paths_of", "find_mount_root", "plan_text", "publish"]
+__all__ = ["install", "installed", "paths_of", "find_mount_root", "plan_text", "publish",
+           "next_epoch_indices"]
 
 _log = logging.getLogger("epochfs.hook")
 _lock = threading.Lock()
@@ -119,16 +132,41 @@ def plan_text(root, paths):
     return "".join(lines)
 
 
-def publish(root, paths):
-    """Writes the plan; returns True if the mount took it."""
+def publish(root, paths, quiet=False):
+    """Writes the plan; returns True if the mount took it (`quiet`: no warning if not)."""
     try:
         with open(os.path.join(root, ".epochfs", "plan"), "w", encoding="utf-8") as f:
             f.write(plan_text(root, paths))
         return True
     except OSError as e:
-        _log_once(("refused", root), logging.WARNING,
-                  "epochfs: %s refused the epoch's plan (%s); reading on without it", root, e)
+        if not quiet:
+            _log_once(("refused", root), logging.WARNING,
+                      "epochfs: %s refused the epoch's plan (%s); reading on without it", root, e)
         return False
+
+
+# The epoch each DistributedSampler had at its last epoch (for the step set_epoch takes).
+_last_epochs = weakref.WeakKeyDictionary()
+
+
+def next_epoch_indices(index_sampler):
+    """The indices the next epoch of `index_sampler` (a sampler, or a batch sampler over
+    one) will draw, or None where that is not known now (see the module's docstring)."""
+    try:
+        from torch.utils.data import DistributedSampler
+    except ImportError:  # pragma: no cover
+        return None
+    sampler = getattr(index_sampler, "sampler", index_sampler)
+    # Exactly DistributedSampler's own order: a subclass may draw its own way.
+    if not isinstance(sampler, DistributedSampler) or type(sampler).__iter__ is not DistributedSampler.__iter__:
+        return None
+    epoch = sampler.epoch
+    with _lock:
+        last = _last_epochs.get(sampler)
+        _last_epochs[sampler] = epoch
+    twin = copy.copy(sampler)
+    twin.set_epoch(epoch + (1 if last is None else epoch - last))
+    return list(twin)
 
 
 def _flatten(items):
@@ -152,11 +190,11 @@ class _PublishingSampler:
 
     def __iter__(self):
         items = list(self._sampler)  # where the real sampler draws its first index
-        _publish_epoch(self._loader, items)
+        _publish_epoch(self._loader, items, self._sampler)
         yield from items
 
 
-def _publish_epoch(loader, items):
+def _publish_epoch(loader, items, index_sampler):
     try:
         path_of = paths_of(loader.dataset)
         if path_of is None:
@@ -173,6 +211,9 @@ def _publish_epoch(loader, items):
             _log_once(("no-mount", id(loader)), logging.WARNING,
                       "epochfs: %s is not on an epochfs mount: its order is not published",
                       os.path.dirname(paths[0]))
+            return
+        upcoming = next_epoch_indices(index_sampler)
+        if upcoming and publish(root, paths + [path_of(int(i)) for i in upcoming], quiet=True):
             return
         publish(root, paths)
     except Exception as e:  # publishing must never break training

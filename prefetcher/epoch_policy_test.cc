@@ -1,0 +1,60 @@
+// EpochPolicy's ranks: read files first, then unplanned, then the plan by position; a
+// plan that runs on into the next epoch keeps a read file by its next position.
+#include "prefetcher/epoch_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace epochfs::prefetch {
+namespace {
+
+FileKey F(uint64_t ino) { return FileKey{1, ino}; }
+cache::ChunkKey C(uint64_t ino) { return cache::ChunkKey{1, ino, 0}; }
+
+// Evicts everything, returning the inodes in eviction order.
+std::vector<uint64_t> EvictionOrder(EpochPolicy& policy) {
+  std::vector<uint64_t> order;
+  while (auto victim = policy.Victim()) {
+    order.push_back(victim->ino);
+    policy.OnErase(*victim);
+  }
+  return order;
+}
+
+TEST(EpochPolicy, ReadFilesGoFirstThenUnplannedThenTheFurthestPlanned) {
+  EpochPolicy policy(4 * 100);
+  policy.SetPlan({F(1), F(2), F(3)});
+  for (uint64_t ino : {1, 2, 3, 4}) policy.OnInsert(C(ino), 100);
+  policy.MarkRead(F(1));
+  // 1 read (spent), 4 unplanned, then 3 before 2 (needed later).
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{1, 4, 3, 2}));
+}
+
+TEST(EpochPolicy, APlanIntoTheNextEpochKeepsAReadFileByItsNextPosition) {
+  // This epoch: 1 2 3; the next: 3 1 4. File 2 is not read again.
+  EpochPolicy policy(3 * 100);
+  policy.SetPlan({F(1), F(2), F(3), F(3), F(1), F(4)});
+  for (uint64_t ino : {1, 2, 3}) policy.OnInsert(C(ino), 100);
+  policy.MarkRead(F(1));
+  policy.MarkRead(F(2));
+  // Full: 4 (position 5) may not evict 1 (next read at 4) or 3 (unread, 2), but may
+  // take the place of 2, spent.
+  EXPECT_TRUE(policy.AdmitWhenFull(C(4), 100));
+  EXPECT_TRUE(policy.WouldAdmit(F(4), 100));
+  EXPECT_EQ(policy.Displaceable(F(4), 10), 1u);
+  // A spent file evicts nothing, even a worse one; a read file with a next use may.
+  EXPECT_FALSE(policy.AdmitWhenFull(C(2), 100));
+  EXPECT_EQ(policy.Displaceable(F(2), 10), 0u);
+  EXPECT_TRUE(policy.AdmitWhenFull(C(1), 100));
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 1, 3}));
+
+  // A new epoch forgets the reads; the next plan ranks afresh.
+  policy.NewEpoch();
+  policy.SetPlan({F(3), F(1), F(4)});
+  for (uint64_t ino : {1, 2, 3}) policy.OnInsert(C(ino), 100);
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 1, 3}));
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
