@@ -31,8 +31,12 @@ nodes, the brick's own disk reads (its glusterfsd's read_bytes: ground truth for
 rows), and each node's hit ratios: RAM (bytes neither its SSD tier nor GlusterFS served:
 epochfs's RAM tier or the page cache it pushed into) and any tier.
 
+With ``--compute-ms-per-sample``, each rank's accelerator is emulated (a sleep per
+batch): the data must keep up with a rate, and the source has idle time in which a node
+can fetch its next epoch's shard.
+
 Prints a table with the issue's targets; writes docs/bench/multinode/multinode.json and
-multinode.png.
+multinode.png (multinode-compute.* with compute).
 
     /usr/bin/python3 bench/multinode_bench.py            # ~10 minutes here
     /usr/bin/python3 bench/multinode_bench.py --quick    # ~3 minutes
@@ -288,7 +292,8 @@ class Bench:
         for r, root in enumerate(roots):
             cmd = [sys.executable, os.path.join(BENCH, "multinode_rank.py"), "--root", root, "--rank", str(r),
                    "--world", str(n), "--epochs", str(epochs), "--size", str(a.size),
-                   "--workers", str(a.workers), "--batch-size", str(a.batch_size), "--seed", str(a.seed)]
+                   "--workers", str(a.workers), "--batch-size", str(a.batch_size), "--seed", str(a.seed),
+                   "--compute-ms-per-sample", f"{a.compute_ms_per_sample:g}"]
             if mode == "epochfs run":
                 cmd = [a.epochfs, "run", "--"] + cmd
             ranks.append(Rank(cmd, os.path.join(self.node_dir(r), f"rank-{n}-{mode.replace(' ', '-')}.log")))
@@ -468,8 +473,10 @@ class Bench:
         ax2.axhline(0.9, color="k", ls=":")
         ax2.set_title("RAM hits per node", fontsize=10)
         ax2.legend(fontsize=7)
+        compute = (f"; {self.a.compute_ms_per_sample:g} ms of compute per sample"
+                   if self.a.compute_ms_per_sample else "; no compute")
         fig.suptitle(f"{self.a.files} files x {self.a.size // 1000} KB on GlusterFS; one DistributedSampler rank "
-                     f"per node; --ram {self.a.ram_fraction:g}x data per node", fontsize=10)
+                     f"per node; --ram {self.a.ram_fraction:g}x data per node{compute}", fontsize=10)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -499,13 +506,14 @@ class Bench:
         os.makedirs(a.out, exist_ok=True)
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
-        with open(os.path.join(a.out, "multinode.json"), "w") as f:
+        stem = "multinode" if a.compute_ms_per_sample == 0 else "multinode-compute"
+        with open(os.path.join(a.out, stem + ".json"), "w") as f:
             json.dump({"params": {k: v for k, v in vars(a).items()}, "commit": commit,
                        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
                        "loadavg": os.getloadavg(), "summary": summary, "targets": targets, "rows": self.rows,
                        "table": text}, f, indent=1)
-        self.plot(summary, os.path.join(a.out, "multinode.png"))
-        log(f"wrote {a.out}/multinode.json and multinode.png")
+        self.plot(summary, os.path.join(a.out, stem + ".png"))
+        log(f"wrote {a.out}/{stem}.json and {stem}.png")
         return 1 if any(r.get("error") for r in self.rows) else 0
 
 
@@ -524,6 +532,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch-timeout", type=float, default=600)
+    p.add_argument("--compute-ms-per-sample", type=float, default=0.0,
+                   help="each rank's emulated accelerator time per sample (0: the ranks only read); "
+                        "the outputs are then named multinode-compute.*")
     p.add_argument("--epochfs-arg", action="append", default=[], help="more epochfs mount options")
     p.add_argument("--quick", action="store_true", help="1200 files, N = 1 2, 2 epochs")
     a = p.parse_args(argv)

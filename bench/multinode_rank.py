@@ -7,6 +7,10 @@ reads, without the job's model. There is no ``torch.distributed`` process group:
 sampler takes its rank and world size as arguments, which is all it needs to shard.
 Nothing here knows about epochfs; run under ``epochfs run --`` it publishes its plans.
 
+With ``--compute-ms-per-sample``, the rank's accelerator is emulated: a sleep per batch
+(MLPerf Storage's method), so the data has to keep up with a rate, and the storage has
+idle time that readahead can use.
+
 Each sample is checked: a file's first line is its own name and its length is the
 benchmark's size, so a byte from the wrong file or a short read is caught (and counted,
 never hidden).
@@ -61,6 +65,8 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compute-ms-per-sample", type=float, default=0.0,
+                   help="the emulated accelerator's time per sample (a sleep after each batch)")
     a = p.parse_args()
 
     from torch.utils.data import DataLoader, DistributedSampler
@@ -80,6 +86,8 @@ def main() -> int:
         start = time.monotonic()
         samples = nbytes = bad = 0
         for batch_samples, batch_bytes, batch_bad in loader:
+            if a.compute_ms_per_sample > 0:
+                time.sleep(batch_samples * a.compute_ms_per_sample / 1e3)
             samples += batch_samples
             nbytes += batch_bytes
             bad += batch_bad
