@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "base/log_limit.h"
@@ -68,10 +69,16 @@ class PlanFile {
     prefetch::PlanParser parser;
     std::vector<prefetch::PlannedFile> plan;  // published; empty: none
     uint64_t plan_bytes = 0;                  // what `plan` is charged (kBytesPerPlanEntry + path)
+    // The folders the plan being written has had checked, and for whom (SourceFs).
+    SourceFs::CheckedFolders folders;
+    Caller folders_for;
   };
   // The merged order of every live plan, and how many there are.
   std::pair<std::vector<prefetch::PlannedFile>, uint32_t> MergeLocked() const REQUIRES(mu_);
   uint64_t ChargedLocked(pid_t except) const REQUIRES(mu_);
+  // The complete lines of one write, resolved in parallel (see Write).
+  using Resolved = std::unordered_map<std::string, Result<prefetch::PlannedFile>>;
+  Resolved PreResolve(std::string_view data, Caller caller) const;
   // Drops the plans of processes that are gone; returns whether any went.
   bool ReapLocked() REQUIRES(mu_);
   void RunReaper();

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
@@ -193,7 +194,11 @@ class SourceFs {
   // against the caller's uid and primary gid; supplementary groups are not known here,
   // so a file readable only through one is refused). kInvalidArgument, kNotFound or
   // kPermission otherwise.
-  Result<prefetch::PlannedFile> ResolvePlanEntry(const std::string& path, Caller caller) const;
+  // `folders` (optional) remembers the folders already checked for this caller, for the
+  // next entries of the same plan: a plan names each of a few folders thousands of times.
+  using CheckedFolders = std::unordered_map<std::string, Status>;
+  Result<prefetch::PlannedFile> ResolvePlanEntry(const std::string& path, Caller caller,
+                                                 CheckedFolders* folders = nullptr) const;
   // The node's path relative to the source root, as last looked up.
   std::string RelativePath(const Inode& inode) const;
 

@@ -41,26 +41,38 @@ std::string SourceFs::RelativePath(const Inode& inode) const {
   return path;
 }
 
-Result<prefetch::PlannedFile> SourceFs::ResolvePlanEntry(const std::string& path,
-                                                         Caller caller) const {
+Result<prefetch::PlannedFile> SourceFs::ResolvePlanEntry(const std::string& path, Caller caller,
+                                                         CheckedFolders* folders) const {
   EPOCHFS_RETURN_IF_ERROR(prefetch::PlanParser::CheckPath(path, PATH_MAX));
   const int root = inodes_.root()->path_fd.get();
   // The folders on the way must be searchable by the writer, as for an open(); checked
   // first, so a refused plan says nothing about what lies in a folder it cannot search.
-  struct ::stat dst {};
-  if (::fstat(root, &dst) < 0 || !MayAccess(dst, caller, S_IXUSR)) {
-    return Status::FromErrno(EACCES, "the writer may not search the source root");
-  }
-  for (size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
-    if (::fstatat(root, path.substr(0, slash).c_str(), &dst, AT_SYMLINK_NOFOLLOW) < 0) {
-      return Status::NotFound(fmt::format("'{}': no such folder", path.substr(0, slash)));
+  auto check_folder = [&](const std::string& folder) -> Status {
+    struct ::stat dst {};
+    if (folder.empty()) {
+      if (::fstat(root, &dst) < 0 || !MayAccess(dst, caller, S_IXUSR)) {
+        return Status::FromErrno(EACCES, "the writer may not search the source root");
+      }
+      return Status();
     }
-    if (!S_ISDIR(dst.st_mode)) {
-      return Status::InvalidArgument(fmt::format("'{}' is not a folder", path.substr(0, slash)));
+    if (::fstatat(root, folder.c_str(), &dst, AT_SYMLINK_NOFOLLOW) < 0) {
+      return Status::NotFound(fmt::format("'{}': no such folder", folder));
     }
+    if (!S_ISDIR(dst.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a folder", folder));
     if (!MayAccess(dst, caller, S_IXUSR)) {
-      return Status::FromErrno(EACCES, fmt::format("'{}': the writer may not search its folder", path));
+      return Status::FromErrno(EACCES, fmt::format("'{}': the writer may not search it", folder));
     }
+    return Status();
+  };
+  auto checked = [&](const std::string& folder) -> Status {
+    if (folders == nullptr) return check_folder(folder);
+    auto it = folders->find(folder);
+    if (it == folders->end()) it = folders->emplace(folder, check_folder(folder)).first;
+    return it->second;
+  };
+  EPOCHFS_RETURN_IF_ERROR(checked(""));
+  for (size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    EPOCHFS_RETURN_IF_ERROR(checked(path.substr(0, slash)));
   }
   auto fd = OpenBeneath(root, path, O_PATH);
   if (!fd.ok()) {

@@ -60,6 +60,7 @@ constexpr auto kRatePeriod = std::chrono::milliseconds(250);
 // Files a worker takes at once to stream from the SSD tier: about 7 MB of 110 KB
 // samples, i.e. two 4 MiB runs when they lie together in a pack.
 constexpr size_t kStreamBatch = 64;
+constexpr size_t kPlanStreamBatch = 8;
 // A worker streams once the RAM policy has room for this many files: a reader freeing
 // one place at a time would otherwise turn streaming into one small read per file.
 constexpr uint32_t kMinStreamBatch = 16;
@@ -707,7 +708,7 @@ void PrefetcherImpl::Work(uint32_t index) {
           lock.WaitFor(cv_, kIdleWait);
           continue;
         }
-        batch = TakeBatchLocked(streaming ? kStreamBatch : 1);
+        batch = TakeBatchLocked(!streaming ? 1 : PatternLocked() == Pattern::kPublished ? kPlanStreamBatch : kStreamBatch);
         if (!batch.empty()) break;
         lock.WaitFor(cv_, kIdleWait);
       }

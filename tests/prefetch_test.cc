@@ -145,8 +145,12 @@ TEST_P(PrefetchTest, BadPlansAreRefusedAndThePreviousPlanStays) {
 
 TEST_P(PrefetchTest, PlanIsCheckedAgainstTheWritersPermissions) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to write as another user";
-  auto names = MakeFiles(2, 1, 1000);
+  auto names = MakeFiles(200, 4, 1000);
   WriteFile(src_ / "secret.bin", "top secret");
+  fsys::create_directory(src_ / "locked");
+  WriteFile(src_ / "locked" / "open.bin", "in a folder nobody else may search");
+  AgeFile(src_ / "locked" / "open.bin", 3600);
+  fsys::permissions(src_ / "locked", fsys::perms::owner_all);
   AgeFile(src_ / "secret.bin", 3600);
   fsys::permissions(src_ / "secret.bin", fsys::perms::owner_read | fsys::perms::owner_write);
   fsys::permissions(dir_.path(), fsys::perms::owner_all | fsys::perms::group_read |
@@ -170,6 +174,21 @@ TEST_P(PrefetchTest, PlanIsCheckedAgainstTheWritersPermissions) {
   EXPECT_EQ(m->Stats()["plans_published"], 1);
   // Root may name it.
   EXPECT_EQ(WritePlan(mnt_, PlanText({"secret.bin"})), 0);
+
+  // Long plans (their lines resolved in parallel, folders checked once): the same rules.
+  std::vector<std::string> plan(names.begin(), names.end());
+  plan.insert(plan.begin() + 150, "secret.bin");
+  EXPECT_EQ(as_nobody(PlanText(plan)), EACCES);
+  plan[150] = "locked/open.bin";
+  EXPECT_EQ(as_nobody(PlanText(plan)), EACCES);
+  plan[150] = "no/such.bin";
+  EXPECT_EQ(as_nobody(PlanText(plan)), EINVAL);
+  EXPECT_EQ(m->Stats()["plans_published"], 2);
+  plan.erase(plan.begin() + 150);
+  plan.insert(plan.end(), names.begin(), names.end());  // this epoch and the next
+  EXPECT_EQ(as_nobody(PlanText(plan)), 0);
+  EXPECT_EQ(m->Stats()["plans_published"], 3);
+  EXPECT_GE(m->Stats()["plan_entries"], 400);  // with the other publishers still live
 }
 
 TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {

@@ -122,9 +122,15 @@ def plan_text(root, paths):
     """The plan file's text for `paths` under mount `root` (a path outside it, or with a
     newline in its name, is left out)."""
     lines = [_HEADER]
+    # realpath stats every component: once per folder, not per sample (a data set has
+    # few folders and many files; on a mount each stat may be a request).
+    real_folders = {}
     for p in paths:
-        rel = os.path.relpath(os.path.join(os.path.realpath(os.path.dirname(p)),
-                                           os.path.basename(p)), root)
+        folder = os.path.dirname(p)
+        real = real_folders.get(folder)
+        if real is None:
+            real = real_folders[folder] = os.path.realpath(folder)
+        rel = os.path.relpath(os.path.join(real, os.path.basename(p)), root)
         if rel.startswith("..") or "\n" in rel:
             continue
         lines.append(rel + "\n")
