@@ -91,7 +91,7 @@ class Volume:
 
     def __init__(self, cleanup: Cleanup, work: str) -> None:
         self.cleanup = cleanup
-        self.dir = os.path.join(work, "gluster")
+        self.dir = os.path.join(work, "multinode-gluster")  # names the volume: epochfs-multinode-gluster
         self.name = "epochfs-" + os.path.basename(self.dir)
         self.client_mounts: list[str] = []
 
