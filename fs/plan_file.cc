@@ -132,6 +132,10 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
   Status st;
   {
     MutexLock lock(mu_);
+    // A plan that starts is merged with the live ones: a process gone since the
+    // reaper's last round (up to a second ago) must not count as live. A job restarted
+    // at once would otherwise join its dead predecessor's epoch.
+    if (offset == 0) ReapLocked();
     auto it = publishers_.find(pid);
     if (it == publishers_.end()) {
       if (publishers_.size() >= kMaxPublishers) ReapLocked();

@@ -330,6 +330,32 @@ TEST_P(PrefetchTest, EachProcessHasItsOwnPlanUntilItExits) {
   EXPECT_EQ(plans, 0u) << m->Stats().dump();
 }
 
+// A job restarted at once: the plan of a process that has exited is not merged with the
+// next process's plan, even before the reaper's next round (once a second). The new
+// plan starts an epoch of its own.
+TEST_P(PrefetchTest, APlanOfAProcessGoneIsNotMergedWithTheNextOne) {
+  const auto names = MakeFiles(40, 2, 4096);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  auto publish_and_exit = [&](size_t first) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::vector<std::string> mine(names.begin() + first, names.begin() + first + 20);
+      ::_exit(WritePlan(mnt_, PlanText(mine)) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(publish_and_exit(0), 0);
+  const uint64_t epoch = m->Stats()["epoch"].get<uint64_t>();
+  ASSERT_EQ(publish_and_exit(20), 0);  // at once: the first one's plan is not reaped yet
+  const auto s = m->Stats();
+  EXPECT_EQ(s["plans"], 1) << s.dump();
+  EXPECT_EQ(s["plan_entries"], 20) << s.dump();
+  EXPECT_GT(s["epoch"].get<uint64_t>(), epoch) << s.dump();
+}
+
 INSTANTIATE_TEST_SUITE_P(Consistency, PrefetchTest, ::testing::Values("notify", "open"));
 
 // Streaming the SSD tier. A shuffled data set is read twice, the daemon
