@@ -6,7 +6,8 @@
 A DatasetFolder over MOUNT/train (buffered opens, as PIL's loader does) and a DataLoader
 with a seeded RandomSampler; per epoch it prints, as JSON: the order a twin sampler
 (same seed) produces, the order the samples were read in, whether every byte matched
-the source, and the mount's plan counters after the epoch. `unmapped`: a data set that
+the source, the mount's plan counters after the epoch, and the ioctls the mount got
+during it. `unmapped`: a data set that
 does not say where its samples are (the hook must leave it alone). `distributed`: rank 1
 of 2 of a DistributedSampler, set_epoch() called each epoch, as its documentation says;
 the report then also has the twin's order for the next epoch. `distributed-fixed`: the
@@ -64,6 +65,11 @@ def main():
 
     def paths(order):
         return [os.path.relpath(folder.samples[i][0], MOUNT) for i in order]
+    def stats():
+        # Binary and unbuffered: the client's own reads of the stats file send no ioctl.
+        with open(os.path.join(MOUNT, ".epochfs", "stats"), "rb", buffering=0) as f:
+            return json.loads(f.read())
+    ioctls = stats()["requests"].get("ioctl", 0)
     out = []
     for epoch in range(epochs):
         if mode == "distributed":
@@ -79,11 +85,12 @@ def main():
             for (path, crc, same), _target in batch:
                 read.append(os.path.relpath(path, MOUNT))
                 all_same = all_same and same
-        with open(os.path.join(MOUNT, ".epochfs", "stats")) as f:
-            stats = json.load(f)
+        now = stats()
         report.update({"expected": expected, "read": read, "bytes_match": all_same,
-                       "plan_fingerprint": stats["plan_fingerprint"],
-                       "plans_published": stats["plans_published"]})
+                       "plan_fingerprint": now["plan_fingerprint"],
+                       "plans_published": now["plans_published"], "plans": now["plans"],
+                       "ioctls": now["requests"].get("ioctl", 0) - ioctls})
+        ioctls = now["requests"].get("ioctl", 0)
         out.append(report)
     json.dump(out, sys.stdout)
 

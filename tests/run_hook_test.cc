@@ -68,7 +68,8 @@ class RunHookTest : public MountedDirsTest {
 
 // Every sample once per epoch, byte-identical, in the sampler's order, with and without
 // the wrapper, with 0 and 2 workers; with it, each epoch's plan is published before the
-// epoch's reads, and its fingerprint is the sampler's order.
+// epoch's reads, its fingerprint is the sampler's order, and the client's buffered
+// opens send no isatty() ioctl.
 TEST_F(RunHookTest, DataLoaderReadsTheSameAndPublishesTheSamplersOrder) {
   Mount m(src_, mnt_, cache_);
   ASSERT_TRUE(m.ok()) << m.output();
@@ -88,8 +89,11 @@ TEST_F(RunHookTest, DataLoaderReadsTheSameAndPublishesTheSamplersOrder) {
           ++published;
           EXPECT_EQ(e["plans_published"].get<uint64_t>(), published);
           EXPECT_EQ(e["plan_fingerprint"].get<std::string>(), Fingerprint(expected));
+          // The buffered opens skip isatty(): not one ioctl reaches the daemon.
+          EXPECT_EQ(e["ioctls"].get<uint64_t>(), 0u);
         } else {
           EXPECT_EQ(e["plans_published"].get<uint64_t>(), published);  // nothing new
+          EXPECT_GE(e["ioctls"].get<uint64_t>(), 30u);  // one per buffered open
         }
       }
     }
@@ -124,6 +128,7 @@ TEST_F(RunHookTest, DistributedSamplerPublishesThisEpochsShardThenTheNext) {
   auto order = fixed[1]["expected"].get<std::vector<std::string>>();
   EXPECT_EQ(fixed[1]["read"].get<std::vector<std::string>>(), order);
   EXPECT_EQ(fixed[0]["expected"], fixed[1]["expected"]);
+  EXPECT_EQ(fixed[1]["plans"].get<uint64_t>(), 1u) << last_.output;
   const std::vector<std::string> again = order;
   order.insert(order.end(), again.begin(), again.end());
   EXPECT_EQ(fixed[1]["plan_fingerprint"].get<std::string>(), Fingerprint(order));

@@ -39,16 +39,29 @@ filesystem, for the files this node has never read). The next epoch is the sampl
 documentation asks; 0 for a script that never calls it). Any other sampler draws from
 a generator the script also uses, and gets this epoch only. A mount that refuses the
 longer plan (its plan memory is a sixteenth of --ram) gets this epoch alone.
+
+Buffered binary reads without the isatty() round trip. Python's ``open(path, "rb")``
+(PIL's ``Image.open``, torchvision's ``pil_loader``, ``numpy.load``) asks the file
+isatty() to choose line buffering, which binary files never use; on a FUSE mount that
+is an ioctl the kernel sends to the daemon on every open (it never remembers the
+answer), a round trip as long as the read of a small cached file. ``install()`` also
+replaces ``open``/``io.open`` with one that builds exactly what ``io.open`` builds for
+``"rb"`` with the default buffering (a ``BufferedReader`` over a ``FileIO``, buffer
+size ``st_blksize``) without asking; any other call goes to the real ``open``
+unchanged. Python 3.14's ``open`` skips the same question for regular files. Set
+``EPOCHFS_KEEP_ISATTY=1`` to keep the real ``open`` everywhere.
 """
 
+import builtins
 import copy
+import io
 import logging
 import os
 import threading
 import weakref
 
 __all__ = ["install", "installed", "paths_of", "find_mount_root", "plan_text", "publish",
-           "next_epoch_indices"]
+           "next_epoch_indices", "open_without_isatty"]
 
 _log = logging.getLogger("epochfs.hook")
 _lock = threading.Lock()
@@ -141,8 +154,9 @@ def plan_text(root, paths):
 def publish(root, paths, quiet=False):
     """Writes the plan; returns True if the mount took it (`quiet`: no warning if not)."""
     try:
-        with open(os.path.join(root, ".epochfs", "plan"), "w", encoding="utf-8") as f:
-            f.write(plan_text(root, paths))
+        # Binary with an explicit buffer size: no isatty() ioctl on the mount.
+        with _real_open(os.path.join(root, ".epochfs", "plan"), "wb", buffering=1 << 16) as f:
+            f.write(plan_text(root, paths).encode("utf-8"))
         return True
     except OSError as e:
         if not quiet:
@@ -227,13 +241,41 @@ def _publish_epoch(loader, items, index_sampler):
                   "epochfs: could not publish the epoch's order: %r", e)
 
 
+_real_open = io.open
+
+
+def open_without_isatty(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
+                        closefd=True, opener=None):
+    """``io.open``, except that a plain ``open(path, "rb")`` does not call isatty()
+    (see the module's docstring). Same object, same buffer size, same errors."""
+    if (mode == "rb" and buffering == -1 and encoding is None and errors is None and newline is None
+            and closefd is True and opener is None and not isinstance(file, int)):
+        raw = io.FileIO(file, "rb")
+        try:
+            return io.BufferedReader(raw, raw._blksize)
+        except BaseException:
+            raw.close()
+            raise
+    return _real_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+
+
+def _install_open():
+    if os.environ.get("EPOCHFS_KEEP_ISATTY", "0") not in ("", "0"):
+        return
+    # Both names: pathlib and some libraries call io.open, most code the builtin.
+    builtins.open = open_without_isatty
+    io.open = open_without_isatty
+
+
 def install():
-    """Makes every torch DataLoader publish each epoch's order (idempotent)."""
+    """Makes every torch DataLoader publish each epoch's order, and buffered binary
+    opens skip isatty() (idempotent)."""
     global _installed
     with _lock:
         if _installed:
             return
         _installed = True
+    _install_open()
     from torch.utils.data import dataloader
 
     original = dataloader.DataLoader._index_sampler
