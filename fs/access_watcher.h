@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -73,6 +74,9 @@ class AccessWatcher {
   std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark
   std::unordered_set<uint64_t> marked_ GUARDED_BY(mu_);  // queued or marked already
   std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0};
+  // The watcher thread's own: when it last read events (see Run).
+  static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(1);
+  std::chrono::steady_clock::time_point last_read_{};
   std::thread thread_;
 };
 

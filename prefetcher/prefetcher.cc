@@ -131,6 +131,7 @@ class PrefetcherImpl final : public Prefetcher {
   }
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
+  void OnOpens(const std::vector<Opened>& opens) override;
   void Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) override;
   void AttachKernelPages(KernelPages* pages) override { kernel_pages_.store(pages); }
   std::vector<std::string> KnownPaths() const override;
@@ -177,6 +178,9 @@ class PrefetcherImpl final : public Prefetcher {
         files, std::min(kMinWindow, options_.lookahead), options_.lookahead));
   }
   void CountAccessLocked() REQUIRES(mu_);
+  // Records a file's first read this epoch (starting the next epoch where it is read
+  // again after most of this one); false if there is nothing new for the readahead.
+  bool RecordAccessLocked(const FileKey& file, const std::string& path) REQUIRES(mu_);
   bool HandledLocked(const FileKey& key) const REQUIRES(mu_) {
     return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
   }
@@ -420,35 +424,49 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
   if (offset != 0) return;
   {
     MutexLock lock(mu_);
-    if (accessed_.count(file) != 0) {
-      const size_t need = previous_order_.empty()
-                              ? kFirstEpochMinAccesses
-                              : static_cast<size_t>(kEpochCoverage * previous_order_.size());
-      if (accessed_.size() < std::max<size_t>(need, 1)) return;  // a re-read in this epoch
-      spdlog::debug("prefetch: epoch {} ends after {} files ({})", epoch_, accessed_.size(),
-                    PatternName(PatternLocked()));
-      NewEpochLocked();
-    }
-    const std::optional<uint32_t> known = CatalogIndexLocked(file, path);
-    if (!known) return;  // served, but the tables have no room to track it
-    const uint32_t index = *known;
-    accessed_.insert(file);
-    CountAccessLocked();
-    order_.push_back(index);
-    classifier_.Access(file, catalog_[index].second);
-    if (policy_) policy_->MarkRead(file);
-    if (auto it = plan_index_.find(file); it != plan_index_.end()) {
-      plan_cursor_ = std::max<size_t>(plan_cursor_, it->second);
-    }
-    if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
-      replay_cursor_ = std::max<size_t>(replay_cursor_, it->second);
-    }
-    if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
-    if (landed_.erase(file) != 0) ++prefetch_hits_;
+    if (!RecordAccessLocked(file, path)) return;
   }
   // One worker is enough to react to an access (room freed, a window moved); waking
   // them all on every file costs more CPU than the readahead saves.
   cv_.notify_one();
+}
+
+void PrefetcherImpl::OnOpens(const std::vector<Opened>& opens) {
+  bool recorded = false;
+  {
+    MutexLock lock(mu_);
+    for (const Opened& o : opens) recorded |= RecordAccessLocked(o.file, o.path);
+  }
+  if (recorded) cv_.notify_one();
+}
+
+bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& path) {
+  if (accessed_.count(file) != 0) {
+    const size_t need = previous_order_.empty()
+                            ? kFirstEpochMinAccesses
+                            : static_cast<size_t>(kEpochCoverage * previous_order_.size());
+    if (accessed_.size() < std::max<size_t>(need, 1)) return false;  // a re-read in this epoch
+    spdlog::debug("prefetch: epoch {} ends after {} files ({})", epoch_, accessed_.size(),
+                  PatternName(PatternLocked()));
+    NewEpochLocked();
+  }
+  const std::optional<uint32_t> known = CatalogIndexLocked(file, path);
+  if (!known) return false;  // served, but the tables have no room to track it
+  const uint32_t index = *known;
+  accessed_.insert(file);
+  CountAccessLocked();
+  order_.push_back(index);
+  classifier_.Access(file, catalog_[index].second);
+  if (policy_) policy_->MarkRead(file);
+  if (auto it = plan_index_.find(file); it != plan_index_.end()) {
+    plan_cursor_ = std::max<size_t>(plan_cursor_, it->second);
+  }
+  if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
+    replay_cursor_ = std::max<size_t>(replay_cursor_, it->second);
+  }
+  if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
+  if (landed_.erase(file) != 0) ++prefetch_hits_;
+  return true;
 }
 
 void PrefetcherImpl::CountAccessLocked() {

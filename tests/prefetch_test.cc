@@ -86,6 +86,7 @@ TEST_P(PrefetchTest, PublishedPlanIsFollowed) {
     ASSERT_EQ(ReadFile(mnt_ / name).size(), 64u * 1024) << name;
     std::this_thread::sleep_for(std::chrono::microseconds(300));  // "compute"
   }
+  WaitFor(*m, "plan_position", 299);  // the last opens reach the prefetcher a moment later
   auto after = m->Stats();
   const uint64_t ram_hits = after["ram_hits"].get<uint64_t>() - before["ram_hits"].get<uint64_t>();
   const uint64_t misses = after["misses"].get<uint64_t>() - before["misses"].get<uint64_t>();
@@ -591,6 +592,7 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
 
   ShuffledEpoch(names, 4, changed);
+  WaitFor(*m, "epoch_accesses", 300);  // the watcher reads its events a moment later
   s = m->Stats();
   // Only the changed files (a few reads each) reached the daemon.
   // Two epochs of 300 files: without pushing, 600 and more. The changed files take a
