@@ -89,9 +89,9 @@ def sh(cmd: list[str], timeout: float = 120) -> str:
 class Volume:
     """The GlusterFS volume (tests/glusterfs.sh) and each node's own client mount of it."""
 
-    def __init__(self, cleanup: Cleanup, work: str) -> None:
+    def __init__(self, cleanup: Cleanup, work: str, name: str = "multinode-gluster") -> None:
         self.cleanup = cleanup
-        self.dir = os.path.join(work, "multinode-gluster")  # names the volume: epochfs-multinode-gluster
+        self.dir = os.path.join(work, name)  # names the volume: epochfs-<name>
         self.name = "epochfs-" + os.path.basename(self.dir)
         self.client_mounts: list[str] = []
 

@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""epochfs over a network filesystem: GlusterFS read directly, side by side with epochfs.
+
+Issue 16's GlusterFS rows. A one-brick volume on this machine (Debian's
+glusterfs-server, started and stopped here through tests/glusterfs.sh) holds the data
+set; the same reader processes (``--readers`` Python processes with buffered
+``open()``, each an interleaved slice of a shuffled order, as DataLoader workers take
+theirs) read it:
+  * direct: on a GlusterFS client mount;
+  * epochfs: through epochfs mounted over such a client mount, nothing published;
+  * epochfs plan: the same, each epoch's order written to ``.epochfs/plan`` first.
+
+Every configuration starts cold: a fresh client mount, a fresh cache dir, the page,
+dentry and inode caches dropped. Epoch 1 is then read cold and ``--warm-epochs`` more
+are read with whatever the configuration kept: the warm rows compare epochfs with
+GlusterFS's own warm client (its kernel page cache). The configurations run in
+``--rounds`` interleaved rounds (direct, epochfs, epochfs plan, direct, ...) so that
+the drift of a shared machine falls on every row alike; the table gives each round.
+
+Each file read is checked (its first line is its own name, its length the data set's
+size): a wrong byte fails the run.
+
+Prints a table with the issue's targets; writes docs/bench/glusterfs/glusterfs.json and
+glusterfs.png.
+
+    /usr/bin/python3 bench/glusterfs_bench.py            # ~4 minutes here
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH)
+sys.path.insert(0, BENCH)
+from benchenv import Cleanup, drop_caches, log, unmount  # noqa: E402
+from multinode_bench import BenchError, Volume, make_dataset, sh  # noqa: E402
+
+MiB = 1 << 20
+CONFIGS = ("direct", "epochfs", "epochfs plan")
+_CTX = mp.get_context("fork")
+
+
+def _read_slice(root: str, paths: list[str], size: int, conn) -> None:
+    """One reader process: open, read whole, close; checks every file."""
+    bad = 0
+    for p in paths:
+        with open(os.path.join(root, p), "rb") as f:
+            data = f.read()
+        if len(data) != size or not data.startswith(os.path.basename(p).encode() + b"\n"):
+            bad += 1
+    conn.send(bad)
+    conn.close()
+
+
+def read_epoch(root: str, order: list[str], readers: int, size: int, timeout: float) -> float:
+    """Reads `order` with `readers` processes; the epoch's seconds. BenchError on a bad byte."""
+    procs, conns = [], []
+    start = time.monotonic()
+    for r in range(readers):
+        parent, child = _CTX.Pipe(duplex=False)
+        p = _CTX.Process(target=_read_slice, args=(root, order[r::readers], size, child))
+        p.start()
+        child.close()
+        procs.append(p)
+        conns.append(parent)
+    bad = 0
+    for p, c in zip(procs, conns):
+        left = start + timeout - time.monotonic()
+        if not c.poll(max(left, 0)):
+            for q in procs:
+                q.kill()
+            raise BenchError(f"the readers did not finish in {timeout:.0f} s")
+        try:
+            bad += c.recv()
+        except EOFError:
+            raise BenchError(f"a reader died (exit code {p.join() or p.exitcode})")
+        p.join()
+    seconds = time.monotonic() - start
+    if bad:
+        raise BenchError(f"{bad} files read with wrong bytes")
+    return seconds
+
+
+class Bench:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.cleanup = Cleanup()
+        self.volume = Volume(self.cleanup, a.workdir, "glusterfs-bench")
+        self.epochfs_mount: str | None = None
+        self.paths: list[str] = []
+        self.runs: list[dict] = []
+
+    def order(self, epoch: int) -> list[str]:
+        order = list(self.paths)
+        random.Random(self.a.seed * 1000 + epoch).shuffle(order)
+        return order
+
+    def status(self) -> dict:
+        return json.loads(sh([self.a.epochfs, "status", self.epochfs_mount, "--json"]))
+
+    def stop_config(self) -> None:
+        if self.epochfs_mount:
+            subprocess.run([self.a.epochfs, "umount", self.epochfs_mount], capture_output=True, timeout=120)
+            unmount(self.epochfs_mount)
+            self.epochfs_mount = None
+        self.volume.unmount_clients()
+
+    def run_config(self, config: str, round_no: int) -> dict:
+        a = self.a
+        log(f"round {round_no}: {config}")
+        run = {"config": config, "round": round_no, "epochs": []}
+        client = os.path.join(a.workdir, "client")
+        try:
+            self.volume.mount_clients([client])
+            root = client
+            if config != "direct":
+                mnt, cache = os.path.join(a.workdir, "mnt"), os.path.join(a.workdir, "cache")
+                shutil.rmtree(cache, ignore_errors=True)
+                os.makedirs(mnt, exist_ok=True)
+                sh([a.epochfs, "mount", client, mnt, "--cache-dir", cache, "--ram", a.ram,
+                    "--log-level", "warn", *a.epochfs_arg])
+                self.epochfs_mount = root = mnt
+            drop_caches()
+            for epoch in range(1 + a.warm_epochs):
+                order = self.order(epoch)
+                before = self.status() if self.epochfs_mount else None
+                t0 = time.monotonic()
+                if config == "epochfs plan":
+                    # Part of the epoch: a loader publishes its order before the first read.
+                    with open(os.path.join(root, ".epochfs", "plan"), "w") as f:
+                        f.write("epochfs-plan 1\n" + "".join(p + "\n" for p in order) + "\n")
+                publish_s = time.monotonic() - t0
+                seconds = publish_s + read_epoch(root, order, a.readers, a.size, a.epoch_timeout)
+                e = {"epoch": epoch + 1, "seconds": round(seconds, 3),
+                     "files_per_s": round(len(order) / seconds, 1), "publish_seconds": round(publish_s, 3)}
+                if before is not None:
+                    after = self.status()
+                    reqs = {k: after["requests"].get(k, 0) - before["requests"].get(k, 0)
+                            for k in ("lookup", "open", "read", "getattr", "ioctl")}
+                    e.update(source_mib=round((after["source_bytes"] - before["source_bytes"]) / MiB, 1),
+                             prefetch_hits=after["prefetch_hits"] - before["prefetch_hits"],
+                             pushed_mib=round((after["pushed_bytes"] - before["pushed_bytes"]) / MiB, 1),
+                             requests=reqs, source_depth=after.get("prefetch_source_depth"))
+                run["epochs"].append(e)
+                extra = ""
+                if "requests" in e:
+                    extra = (f"; read ahead {e['prefetch_hits']}, pushed {e['pushed_mib']:.0f} MiB, "
+                             f"requests {e['requests']}, depth {e['source_depth']}")
+                log(f"  epoch {epoch + 1}: {e['files_per_s']:.0f} files/s ({seconds:.2f} s){extra}")
+        except (BenchError, RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+            run["error"] = str(err)
+            log(f"  FAILED: {err}")
+        finally:
+            self.stop_config()
+        return run
+
+    def summarize(self) -> dict:
+        """Per config: epoch 1's files/s and the warm epochs', per round and their median."""
+        out = {}
+        for c in CONFIGS:
+            mine = [r for r in self.runs if r["config"] == c and not r.get("error")]
+            e1 = [r["epochs"][0]["files_per_s"] for r in mine]
+            warm = [statistics.mean(e["files_per_s"] for e in r["epochs"][1:]) for r in mine if r["epochs"][1:]]
+            out[c] = {"epoch1_files_per_s": e1, "warm_files_per_s": [round(w, 1) for w in warm],
+                      "epoch1_median": statistics.median(e1) if e1 else None,
+                      "warm_median": statistics.median(warm) if warm else None}
+        return out
+
+    def targets(self, s: dict) -> list[dict]:
+        """Each ratio from the medians of the rounds, each round's own ratio beside it."""
+        def ratio(c: str, key: str) -> dict:
+            base = s["direct"][key + "_files_per_s"]
+            mine = s[c][key + "_files_per_s"]
+            per_round = [round(m / b, 2) for m, b in zip(mine, base)] if base and mine else []
+            med = (round(s[c][key + "_median"] / s["direct"][key + "_median"], 2)
+                   if s[c][key + "_median"] and s["direct"][key + "_median"] else None)
+            return {"value": med, "per_round": per_round}
+        t = []
+        for name, c, key, goal in (
+                ("epoch 1 >= 1.0x the readers on GlusterFS directly", "epochfs", "epoch1", 1.0),
+                ("epoch 1 with a published plan >= 2x the readers on GlusterFS directly", "epochfs plan",
+                 "epoch1", 2.0),
+                ("warm epochs >= 1.0x GlusterFS's own warm client", "epochfs", "warm", 1.0),
+                ("warm epochs, plan published, >= 1.0x GlusterFS's own warm client", "epochfs plan", "warm", 1.0)):
+            r = ratio(c, key)
+            r.update(target=name, status="n/a" if r["value"] is None else ("PASS" if r["value"] >= goal else "MISS"))
+            t.append(r)
+        return t
+
+    def report(self, s: dict, targets: list[dict]) -> str:
+        lines = [f"{'row':<14} {'epoch 1 files/s (rounds)':<30} {'median':>7} {'warm files/s (rounds)':<30} "
+                 f"{'median':>7}"]
+        for c in CONFIGS:
+            d = s[c]
+            lines.append(f"{c:<14} {' / '.join(f'{v:.0f}' for v in d['epoch1_files_per_s']):<30} "
+                         f"{d['epoch1_median'] or 0:>7.0f} {' / '.join(f'{v:.0f}' for v in d['warm_files_per_s']):<30} "
+                         f"{d['warm_median'] or 0:>7.0f}")
+        for r in self.runs:
+            if r.get("error"):
+                lines.append(f"round {r['round']} {r['config']}: FAILED: {r['error']}")
+        lines.append("")
+        lines += [f"  [{t['status']:>4}] {t['target']}: {t['value']} (per round {t['per_round']})" for t in targets]
+        return "\n".join(lines)
+
+    def plot(self, s: dict, path: str) -> None:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            log("matplotlib missing: no plot")
+            return
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.27
+        for j, c in enumerate(CONFIGS):
+            vals = [s[c]["epoch1_median"] or 0, s[c]["warm_median"] or 0]
+            xs = [i + (j - 1) * width for i in range(2)]
+            ax.bar(xs, vals, width, label=c, color=f"C{j}")
+            for x, key in zip(xs, ("epoch1_files_per_s", "warm_files_per_s")):
+                ax.plot([x] * len(s[c][key]), s[c][key], "k.", ms=4)
+        ax.set_xticks(range(2))
+        ax.set_xticklabels(["epoch 1 (cold client)", "warm epochs"])
+        ax.set_ylabel("files/s (median of rounds; dots: each round)")
+        ax.legend(fontsize=8)
+        ax.set_title(f"{self.a.files} files x {self.a.size // 1000} KB on GlusterFS, {self.a.readers} readers "
+                     f"with buffered open()", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+    def main(self) -> int:
+        a = self.a
+        self.cleanup.install()
+        try:
+            shutil.rmtree(a.workdir, ignore_errors=True)
+            os.makedirs(a.workdir)
+            log(f"GlusterFS volume under {a.workdir}")
+            source = self.volume.start()
+            log(f"data set: {a.files} files x {a.size} bytes ({a.files * a.size / MiB:.0f} MiB)")
+            make_dataset(source, a.files, a.size, a.classes, a.seed)
+            self.paths = sorted(os.path.relpath(os.path.join(d, f), source)
+                                for d, _, fs in os.walk(os.path.join(source, "data")) for f in fs)
+            self.volume.unmount_clients()  # the first round's client starts cold like the rest
+            for round_no in range(1, a.rounds + 1):
+                for c in CONFIGS:
+                    self.runs.append(self.run_config(c, round_no))
+        finally:
+            self.stop_config()
+            self.cleanup.run_all()
+        s = self.summarize()
+        targets = self.targets(s)
+        text = self.report(s, targets)
+        print(text)
+        os.makedirs(a.out, exist_ok=True)
+        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        with open(os.path.join(a.out, "glusterfs.json"), "w") as f:
+            json.dump({"params": vars(a), "commit": commit,
+                       "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+                       "loadavg": os.getloadavg(), "summary": s, "targets": targets, "runs": self.runs,
+                       "table": text}, f, indent=1)
+        self.plot(s, os.path.join(a.out, "glusterfs.png"))
+        log(f"wrote {a.out}/glusterfs.json and glusterfs.png")
+        return 1 if any(r.get("error") for r in self.runs) else 0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochfs", default=os.path.join(REPO, "build", "cli", "epochfs"))
+    p.add_argument("--workdir", default="/var/tmp/epochfs-glusterfs-bench")
+    p.add_argument("--out", default=os.path.join(REPO, "docs", "bench", "glusterfs"))
+    p.add_argument("--files", type=int, default=3000)
+    p.add_argument("--size", type=int, default=110_000)
+    p.add_argument("--classes", type=int, default=30)
+    p.add_argument("--readers", type=int, default=4)
+    p.add_argument("--warm-epochs", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--ram", default="1G", help="epochfs --ram (ample: these rows are not about memory)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epoch-timeout", type=float, default=600)
+    p.add_argument("--epochfs-arg", action="append", default=[], help="more epochfs mount options")
+    a = p.parse_args(argv)
+    a.epochfs = os.path.abspath(a.epochfs)
+    return a
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        sys.exit("glusterfs_bench.py: run as root (it mounts GlusterFS and epochfs)")
+    sys.exit(Bench(parse_args()).main())
