@@ -158,6 +158,12 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kCounter}
             .Show({.row = "source fds", .label = "reopened"}),
         open_file_fd_reopens);
+  visit(CounterInfo{"open_checks",
+                    "Opens answered with a fresh stat of the source file, no open of it (open "
+                    "mode: files the kernel had read; the source is opened at a READ).",
+                    kCounter}
+            .Show({.row = "source fds", .label = "opens checked only", .quiet = true}),
+        open_checks);
   visit(CounterInfo{"open_relookups",
                     "Opens answered ESTALE so that the kernel looked the file up again (open mode: "
                     "it changed since).",

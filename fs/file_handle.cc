@@ -61,6 +61,11 @@ FileHandle::~FileHandle() {
   if (fd_) fds_.open_--;
 }
 
+bool FileHandle::holds_fd() const {
+  MutexLock lock(fds_.mutex_);
+  return static_cast<bool>(fd_);
+}
+
 Result<FdLease> FileHandle::Fd() {
   {
     MutexLock lock(fds_.mutex_);

@@ -87,8 +87,11 @@ class FileHandle {
   FileHandle& operator=(const FileHandle&) = delete;
 
   const std::shared_ptr<Inode>& inode() const { return inode_; }
-  // The source fd, reopened first if the budget closed it.
+  // The source fd, reopened first if the budget closed it (or the open only checked
+  // the file: SourceFs::Open).
   Result<FdLease> Fd();
+  // Whether the handle holds its source fd now (Fd() would not open one).
+  bool holds_fd() const;
   cache::SourceIdentity identity() const {
     MutexLock lock(id_mutex_);
     return id_;

@@ -133,6 +133,11 @@ int64_t InodeTable::RacilyCleanUntil(const cache::SourceIdentity& id) {
   return id.ctime_ns + cache::kRacilyCleanNs + 1'000'000;
 }
 
+bool InodeTable::KernelHasRead(const Inode& inode) const {
+  MutexLock lock(mutex_);
+  return inode.kernel_cache_id.has_value();
+}
+
 InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
                                                      const cache::SourceIdentity& id,
                                                      Observation seen, bool can_defer) {

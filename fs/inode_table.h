@@ -161,6 +161,9 @@ class InodeTable {
   bool KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,
                           Observation seen) const;
 
+  // Whether the kernel may hold pages of `inode`: an identity of them is recorded (a
+  // READ or a push filled them, or an open kept them).
+  bool KernelHasRead(const Inode& inode) const;
   // Records that a LOOKUP or CREATE reply for `inode` carries `st`.
   void NoteKernelAttrs(Inode& inode, const struct ::stat& st);
   // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)

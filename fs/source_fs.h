@@ -181,6 +181,8 @@ class SourceFs {
   // changed since its last LOOKUP), and opens that read with direct I/O instead (it
   // changed again right after).
   uint64_t open_relookups() const { return open_relookups_.load(std::memory_order_relaxed); }
+  // "open" mode: opens that only stat'ed the source file (CheckNode).
+  uint64_t open_checks() const { return open_checks_.load(std::memory_order_relaxed); }
   uint64_t open_direct_fallbacks() const {
     return open_direct_fallbacks_.load(std::memory_order_relaxed);
   }
@@ -225,6 +227,10 @@ class SourceFs {
   // Opens a non-directory node's source file by its current name with `flags`, checked
   // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
+  // The same check without opening: the regular file `inode`'s identity, stat'ed by its
+  // current name with the source client's caches bypassed (kStale if the name is gone
+  // or names another file); the fd is empty.
+  Result<std::pair<UniqueFd, cache::SourceIdentity>> CheckNode(const Inode& inode);
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead: the kernel retries only once.
   static constexpr int64_t kRelookupWindowNs = 100'000'000;
@@ -262,6 +268,7 @@ class SourceFs {
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<uint64_t> open_relookups_{0};
+  std::atomic<uint64_t> open_checks_{0};
   std::atomic<uint64_t> open_direct_fallbacks_{0};
   prefetch::Prefetcher* const prefetcher_;  // every demand read is reported to it; may be null
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes

@@ -444,6 +444,7 @@ const std::vector<std::string> kStatsKeys = {
     "misses",
     "mountpoint",
     "not_admitted",
+    "open_checks",
     "open_direct_fallbacks",
     "open_file_fd_reopens",
     "open_file_fds",

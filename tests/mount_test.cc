@@ -287,6 +287,52 @@ TEST_P(ChangedUnderneathTest, OpenFileSurvivesUnlinkAndRenameOver) {
   EXPECT_FALSE(fsys::exists(mnt_ / "gone.bin"));
 }
 
+// The same after a warm open: in "open" mode, an open of a file the kernel has read
+// only stats the source file (open_checks), and a READ then opens that very inode
+// through the node's O_PATH fd, even once its name is gone or names another file.
+TEST_P(ChangedUnderneathTest, ACheckedOpenReadsTheFileItChecked) {
+  const std::string old_bytes = RandomBytes(8u << 20, 22);
+  for (const char* name : {"gone.bin", "replaced.bin"}) {
+    WriteFile(src_ / name, old_bytes);
+    AgeFile(src_ / name, 3600);
+  }
+  auto m = MountIt({"--consistency", GetParam()});
+  ASSERT_TRUE(m->ok());
+  for (const std::string name : {"gone.bin", "replaced.bin"}) {
+    std::string head(4096, '\0');
+    {
+      int fd = ::open((mnt_ / name).c_str(), O_RDONLY);  // the kernel reads it: warm
+      ASSERT_GE(fd, 0) << name;
+      ASSERT_EQ(::pread(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+      ::close(fd);
+    }
+    const uint64_t checks = m->Stats()["open_checks"].get<uint64_t>();
+    int fd = ::open((mnt_ / name).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << name;
+    if (std::string(GetParam()) == "open") {
+      EXPECT_EQ(m->Stats()["open_checks"].get<uint64_t>(), checks + 1) << name;
+    }
+    ASSERT_EQ(::pread(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+    EXPECT_TRUE(head == old_bytes.substr(0, head.size())) << name;
+    if (name == "gone.bin") {
+      fsys::remove(src_ / name);
+    } else {
+      WriteFile(src_ / "new.tmp", "new content");
+      fsys::rename(src_ / "new.tmp", src_ / name);
+    }
+    std::string tail(1u << 20, '\0');
+    const off_t at = 6u << 20;
+    EXPECT_EQ(::pread(fd, tail.data(), tail.size(), at), static_cast<ssize_t>(tail.size()))
+        << name << ": " << strerror(errno);
+    EXPECT_TRUE(tail == old_bytes.substr(at, tail.size())) << name << ": not the old bytes";
+    ::close(fd);
+  }
+  // The next opens see the source as it is now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // notify mode's latency
+  EXPECT_EQ(ReadFile(mnt_ / "replaced.bin"), "new content");
+  EXPECT_FALSE(fsys::exists(mnt_ / "gone.bin"));
+}
+
 TEST_F(MountTest, RequestsPerFileInEachMode) {
   Dataset d = Dataset::Make(src_, 100, 4, 20000, 11);
   for (const std::string mode : {"open", "notify"}) {
