@@ -432,12 +432,16 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
 }
 
 void PrefetcherImpl::OnOpens(const std::vector<Opened>& opens) {
-  bool recorded = false;
+  size_t recorded = 0;
   {
     MutexLock lock(mu_);
-    for (const Opened& o : opens) recorded |= RecordAccessLocked(o.file, o.path);
+    for (const Opened& o : opens) recorded += RecordAccessLocked(o.file, o.path) ? 1 : 0;
   }
-  if (recorded) cv_.notify_one();
+  // One worker per access, as OnRead wakes, up to the base number of workers (the
+  // pacer's extra ones join as its depth grows): one worker alone fetches one file at a
+  // time, and a batch of accesses may be that much work at once.
+  const size_t wake = std::min<size_t>(recorded, options_.threads);
+  for (size_t i = 0; i < wake; ++i) cv_.notify_one();
 }
 
 bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& path) {
