@@ -88,7 +88,8 @@ constexpr size_t kParallelResolveMin = 64;
 constexpr size_t kResolveThreads = 8;
 }  // namespace
 
-PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller) const {
+PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
+                                        const Reusable* reusable) {
   // Distinct complete lines; the parser decides what each line is (header, entry, end)
   // and asks for the entries it reaches, in order: an answer it never asks for is
   // dropped with the map.
@@ -98,10 +99,23 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller) co
     const size_t end = data.find('\n', start + 1);
     if (end == std::string_view::npos) break;
     std::string line(data.substr(start + 1, end - start - 1));
-    if (!line.empty() && resolved.emplace(line, Status::NotFound("")).second) paths.push_back(std::move(line));
     start = end;
+    if (line.empty() || resolved.count(line) != 0) continue;
+    if (reusable != nullptr) {
+      if (auto it = reusable->find(line); it != reusable->end()) {
+        resolved.emplace(std::move(line), it->second);
+        reused_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+    }
+    resolved.emplace(line, Status::NotFound(""));
+    paths.push_back(std::move(line));
   }
-  if (paths.size() < kParallelResolveMin) return {};
+  if (paths.size() < kParallelResolveMin) {
+    // Few enough for the parser to resolve as it goes; the reused entries stay.
+    for (const std::string& path : paths) resolved.erase(path);
+    return resolved;
+  }
   const size_t threads = std::min<size_t>(kResolveThreads, paths.size() / (kParallelResolveMin / 2));
   std::vector<std::vector<Result<prefetch::PlannedFile>>> answers(threads);
   {
@@ -128,7 +142,31 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
   // epoch waited for it). The lines of this write are resolved first, in parallel and
   // outside the lock; the parser then takes its answers from them. The first line of
   // `data` is skipped (it may continue the previous write's last line).
-  const Resolved resolved = PreResolve(data, Caller{uid, gid});
+  // A new plan: its entries that this publisher's previous plan had are taken from it
+  // while that was checked recently enough, for the same writer (see plan_file.h).
+  std::shared_ptr<const Reusable> reusable;
+  {
+    MutexLock lock(mu_);
+    if (auto it = publishers_.find(pid); it != publishers_.end()) {
+      Publisher& p = it->second;
+      if (offset == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        const bool same_writer = p.checked_for.uid == uid && p.checked_for.gid == gid;
+        if (!p.plan.empty() && same_writer && now - p.checked_at < kRecheckAfter) {
+          auto previous = std::make_shared<Reusable>();
+          previous->reserve(p.plan.size());
+          for (const prefetch::PlannedFile& f : p.plan) previous->emplace(f.path, f);
+          p.reusable = std::move(previous);
+        } else {
+          p.reusable.reset();
+          p.checked_at = now;
+          p.checked_for = Caller{uid, gid};
+        }
+      }
+      reusable = p.reusable;
+    }
+  }
+  const Resolved resolved = PreResolve(data, Caller{uid, gid}, reusable.get());
   Status st;
   {
     MutexLock lock(mu_);
@@ -144,6 +182,8 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
                                                   kMaxPublishers));
       } else {
         it = publishers_.emplace(pid, Publisher(options_)).first;
+        it->second.checked_at = std::chrono::steady_clock::now();
+        it->second.checked_for = Caller{uid, gid};
       }
     }
     std::optional<std::vector<prefetch::PlannedFile>> published;
@@ -159,9 +199,16 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
           offset, data,
           [&](const std::string& path) -> Result<prefetch::PlannedFile> {
             if (auto it = resolved.find(path); it != resolved.end()) return it->second;
+            if (reusable) {
+              if (auto it = reusable->find(path); it != reusable->end()) {
+                reused_.fetch_add(1, std::memory_order_relaxed);
+                return it->second;
+              }
+            }
             return fs_->ResolvePlanEntry(path, caller, &p.folders);
           },
           &published);
+      if (published || !p.parser.writing()) p.reusable.reset();
       if (published || !p.parser.writing()) p.folders.clear();
       // Every plan, live or being written, within one bound (this publisher's previous
       // plan aside: its next one replaces it).
@@ -212,8 +259,9 @@ std::string PlanFile::Summary() const {
   const prefetch::PrefetcherStats s = prefetcher_ ? prefetcher_->Stats() : prefetch::PrefetcherStats{};
   MutexLock lock(mu_);
   return fmt::format(
-      "epochfs-plan 1\n# {} live plans, {} entries, position {}, {} plans published, {} refused\n",
-      s.plans, s.plan_entries, s.plan_position, s.plans_published, refused_);
+      "epochfs-plan 1\n# {} live plans, {} entries, position {}, {} plans published, {} refused, "
+      "{} entries reused\n",
+      s.plans, s.plan_entries, s.plan_position, s.plans_published, refused_, reused_.load());
 }
 
 }  // namespace epochfs::fs

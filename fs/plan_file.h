@@ -21,13 +21,25 @@
 // sixteenth of --ram), apart from a publisher's previous plan while its next one is
 // written; at most kMaxPublishers processes at once (EBUSY beyond).
 //
+// Checked once a minute. Each entry costs a few stats of the source, and on a network
+// filesystem each is a round trip (GlusterFS here: a 12,000-entry plan held its
+// publisher, a DataLoader at the start of its epoch, for most of a second). A process
+// publishes much the same files every epoch, so an entry its previous plan had is taken
+// from that plan while the writer is the same uid/gid and its plans were last checked
+// in full less than kRecheckAfter ago; new entries are checked as always. A file made
+// unreadable to the writer thus leaves its plans within a minute (a plan only guides
+// readahead: reads are checked by the kernel, and their bytes by identity).
+//
 // Thread-safety: thread-safe; writes are serialised. Owns a thread that drops the plans
 // of processes that are gone.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -49,6 +61,7 @@ namespace epochfs::fs {
 class PlanFile {
  public:
   static constexpr size_t kMaxPublishers = 256;
+  static constexpr std::chrono::seconds kRecheckAfter{60};
 
   // Both must outlive the PlanFile.
   PlanFile(SourceFs* fs, prefetch::Prefetcher* prefetcher,
@@ -72,13 +85,19 @@ class PlanFile {
     // The folders the plan being written has had checked, and for whom (SourceFs).
     SourceFs::CheckedFolders folders;
     Caller folders_for;
+    // When, and for whom, this publisher's plans were last checked in full; the
+    // previous plan's entries, by path, for the plan being written while that holds.
+    std::chrono::steady_clock::time_point checked_at{};
+    Caller checked_for;
+    std::shared_ptr<const std::unordered_map<std::string, prefetch::PlannedFile>> reusable;
   };
   // The merged order of every live plan, and how many there are.
   std::pair<std::vector<prefetch::PlannedFile>, uint32_t> MergeLocked() const REQUIRES(mu_);
   uint64_t ChargedLocked(pid_t except) const REQUIRES(mu_);
   // The complete lines of one write, resolved in parallel (see Write).
   using Resolved = std::unordered_map<std::string, Result<prefetch::PlannedFile>>;
-  Resolved PreResolve(std::string_view data, Caller caller) const;
+  using Reusable = std::unordered_map<std::string, prefetch::PlannedFile>;
+  Resolved PreResolve(std::string_view data, Caller caller, const Reusable* reusable);
   // Drops the plans of processes that are gone; returns whether any went.
   bool ReapLocked() REQUIRES(mu_);
   void RunReaper();
@@ -89,6 +108,7 @@ class PlanFile {
   mutable Mutex mu_;
   std::map<pid_t, Publisher> publishers_ GUARDED_BY(mu_);
   uint64_t refused_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> reused_{0};  // entries taken from a previous plan unchecked
   bool stop_ GUARDED_BY(mu_) = false;
   std::condition_variable stop_cv_;
   // Anyone allowed to write the plan can cause a refusal: 5 lines per minute at most

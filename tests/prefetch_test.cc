@@ -331,6 +331,53 @@ TEST_P(PrefetchTest, EachProcessHasItsOwnPlanUntilItExits) {
   EXPECT_EQ(plans, 0u) << m->Stats().dump();
 }
 
+// A publisher's next plan takes the entries its previous plan had from that plan (each
+// is a few stats of the source, round trips on a network filesystem): new entries are
+// checked as always, and a writer that is now another user is checked in full.
+TEST_P(PrefetchTest, APublishersNextPlanReusesItsPreviousChecks) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write as another user";
+  const auto names = MakeFiles(200, 2, 1000);
+  WriteFile(src_ / "secret.bin", "top secret");
+  AgeFile(src_ / "secret.bin", 3600);
+  fsys::permissions(src_ / "secret.bin", fsys::perms::owner_read | fsys::perms::owner_write);
+  fsys::permissions(dir_.path(), fsys::perms::owner_all | fsys::perms::group_exec |
+                                     fsys::perms::others_exec);
+  auto m = MountIt({"--allow-other"});
+  ASSERT_TRUE(m->ok());
+  // The plan file's summary (read with direct I/O: "open" mode only; in "notify" mode
+  // the file has size 0 and reads return nothing).
+  const bool summary_readable = std::string(GetParam()) == "open";
+  auto reused = [&] {
+    if (!summary_readable) return uint64_t{0};
+    const std::string summary = ReadFile(mnt_ / ".epochfs" / "plan");
+    const size_t at = summary.find(" entries reused");
+    if (at == std::string::npos) return uint64_t{UINT64_MAX};
+    const size_t start = summary.rfind(' ', at - 1) + 1;
+    return static_cast<uint64_t>(std::stoull(summary.substr(start, at - start)));
+  };
+  std::vector<std::string> first(names.begin(), names.begin() + 150);
+  ASSERT_EQ(WritePlan(mnt_, PlanText(first)), 0);
+  EXPECT_EQ(reused(), 0u);
+  std::vector<std::string> next(names.begin() + 50, names.end());  // 100 known, 50 new
+  ASSERT_EQ(WritePlan(mnt_, PlanText(next)), 0);
+  if (summary_readable) EXPECT_EQ(reused(), 100u);
+  EXPECT_EQ(m->Stats()["plan_entries"], 150);
+  next.push_back("no/such.bin");  // a new entry is still checked
+  EXPECT_EQ(WritePlan(mnt_, PlanText(next)), EINVAL);
+
+  // One process, root first, then another user: the second plan is checked in full.
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (WritePlan(mnt_, PlanText({names[0], "secret.bin"})) != 0) ::_exit(101);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(100);
+    ::_exit(WritePlan(mnt_, PlanText({names[0], "secret.bin"})));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), EACCES);
+}
+
 // A job restarted at once: the plan of a process that has exited is not merged with the
 // next process's plan, even before the reaper's next round (once a second). The new
 // plan starts an epoch of its own.
