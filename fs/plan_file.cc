@@ -88,6 +88,14 @@ constexpr size_t kParallelResolveMin = 64;
 constexpr size_t kResolveThreads = 8;
 }  // namespace
 
+const prefetch::PlannedFile* PlanFile::Reused(const Reusable* reusable, const std::string& path) {
+  if (reusable == nullptr) return nullptr;
+  auto it = reusable->find(path);
+  if (it == reusable->end()) return nullptr;
+  reused_.fetch_add(1, std::memory_order_relaxed);
+  return &it->second;
+}
+
 PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
                                         const Reusable* reusable) {
   // Distinct complete lines; the parser decides what each line is (header, entry, end)
@@ -101,12 +109,9 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
     std::string line(data.substr(start + 1, end - start - 1));
     start = end;
     if (line.empty() || resolved.count(line) != 0) continue;
-    if (reusable != nullptr) {
-      if (auto it = reusable->find(line); it != reusable->end()) {
-        resolved.emplace(std::move(line), it->second);
-        reused_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
+    if (const prefetch::PlannedFile* known = Reused(reusable, line)) {
+      resolved.emplace(std::move(line), *known);
+      continue;
     }
     resolved.emplace(line, Status::NotFound(""));
     paths.push_back(std::move(line));
@@ -137,11 +142,6 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
 }
 
 Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t gid, pid_t pid) {
-  // Resolving an entry stats the source a few times; on a network filesystem each stat
-  // is a round trip (GlusterFS here: a 6,000-entry plan took 0.9 s, and the publisher's
-  // epoch waited for it). The lines of this write are resolved first, in parallel and
-  // outside the lock; the parser then takes its answers from them. The first line of
-  // `data` is skipped (it may continue the previous write's last line).
   // A new plan: its entries that this publisher's previous plan had are taken from it
   // while that was checked recently enough, for the same writer (see plan_file.h).
   std::shared_ptr<const Reusable> reusable;
@@ -166,6 +166,11 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
       reusable = p.reusable;
     }
   }
+  // Resolving an entry stats the source a few times; on a network filesystem each stat
+  // is a round trip (GlusterFS here: a 6,000-entry plan took 0.9 s, and the publisher's
+  // epoch waited for it). The lines of this write are resolved first, in parallel and
+  // outside the lock; the parser then takes its answers from them. The first line of
+  // `data` is skipped (it may continue the previous write's last line).
   const Resolved resolved = PreResolve(data, Caller{uid, gid}, reusable.get());
   Status st;
   {
@@ -199,17 +204,14 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
           offset, data,
           [&](const std::string& path) -> Result<prefetch::PlannedFile> {
             if (auto it = resolved.find(path); it != resolved.end()) return it->second;
-            if (reusable) {
-              if (auto it = reusable->find(path); it != reusable->end()) {
-                reused_.fetch_add(1, std::memory_order_relaxed);
-                return it->second;
-              }
-            }
+            if (const prefetch::PlannedFile* known = Reused(reusable.get(), path)) return *known;
             return fs_->ResolvePlanEntry(path, caller, &p.folders);
           },
           &published);
-      if (published || !p.parser.writing()) p.reusable.reset();
-      if (published || !p.parser.writing()) p.folders.clear();
+      if (published || !p.parser.writing()) {  // the plan is done: what it checked goes
+        p.folders.clear();
+        p.reusable.reset();
+      }
       // Every plan, live or being written, within one bound (this publisher's previous
       // plan aside: its next one replaces it).
       if (st.ok() && options_.max_bytes != 0) {

@@ -39,9 +39,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <memory>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -77,6 +77,8 @@ class PlanFile {
   size_t live_plans() const;
 
  private:
+  // A publisher's previous plan, by path (see Write).
+  using Reusable = std::unordered_map<std::string, prefetch::PlannedFile>;
   struct Publisher {
     explicit Publisher(const prefetch::PlanParserOptions& options) : parser(options) {}
     prefetch::PlanParser parser;
@@ -89,15 +91,16 @@ class PlanFile {
     // previous plan's entries, by path, for the plan being written while that holds.
     std::chrono::steady_clock::time_point checked_at{};
     Caller checked_for;
-    std::shared_ptr<const std::unordered_map<std::string, prefetch::PlannedFile>> reusable;
+    std::shared_ptr<const Reusable> reusable;
   };
   // The merged order of every live plan, and how many there are.
   std::pair<std::vector<prefetch::PlannedFile>, uint32_t> MergeLocked() const REQUIRES(mu_);
   uint64_t ChargedLocked(pid_t except) const REQUIRES(mu_);
   // The complete lines of one write, resolved in parallel (see Write).
   using Resolved = std::unordered_map<std::string, Result<prefetch::PlannedFile>>;
-  using Reusable = std::unordered_map<std::string, prefetch::PlannedFile>;
   Resolved PreResolve(std::string_view data, Caller caller, const Reusable* reusable);
+  // `path`'s entry in `reusable` (may be null), counted as reused; null if none.
+  const prefetch::PlannedFile* Reused(const Reusable* reusable, const std::string& path);
   // Drops the plans of processes that are gone; returns whether any went.
   bool ReapLocked() REQUIRES(mu_);
   void RunReaper();

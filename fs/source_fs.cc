@@ -476,6 +476,16 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
 
 // ---- files ----
 
+namespace {
+// kStale unless `st`, just found as `name`, is `inode`'s own file.
+Status IsNodesFile(const Inode& inode, const struct ::stat& st, const std::string& name) {
+  if (static_cast<uint64_t>(st.st_ino) != inode.ino || static_cast<uint64_t>(st.st_dev) != inode.dev) {
+    return Status::Stale(fmt::format("'{}' now names another file", name));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inode& inode,
                                                                       int flags) {
   Location loc = inodes_.LocationOf(inode);
@@ -487,10 +497,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
   }
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
-  if (static_cast<uint64_t>(st->st_ino) != inode.ino ||
-      static_cast<uint64_t>(st->st_dev) != inode.dev) {
-    return Status::Stale(fmt::format("'{}' now names another file", loc.name));
-  }
+  EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
   return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(*st));
 }
 
@@ -502,10 +509,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::CheckNode(const Ino
     if (st.status().code() == Code::kNotFound) return Status::Stale(st.status().message());
     return st.status();
   }
-  if (static_cast<uint64_t>(st->st_ino) != inode.ino ||
-      static_cast<uint64_t>(st->st_dev) != inode.dev || !S_ISREG(st->st_mode)) {
-    return Status::Stale(fmt::format("'{}' now names another file", loc.name));
-  }
+  EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
   return std::make_pair(UniqueFd(), cache::SourceIdentity::FromStat(*st));
 }
 

@@ -227,9 +227,9 @@ class SourceFs {
   // Opens a non-directory node's source file by its current name with `flags`, checked
   // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);
-  // The same check without opening: the regular file `inode`'s identity, stat'ed by its
-  // current name with the source client's caches bypassed (kStale if the name is gone
-  // or names another file); the fd is empty.
+  // The same check without opening: `inode`'s identity, stat'ed by its current name
+  // with the source client's caches bypassed (kStale if the name is gone or names
+  // another file); the fd is empty.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> CheckNode(const Inode& inode);
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead: the kernel retries only once.
