@@ -408,7 +408,7 @@ Status Daemon::Start() {
 
   std::string why;
   options.consistency = ResolveConsistency(options.consistency, options.source, &why);
-  invalidator_ = std::make_unique<KernelInvalidator>(session_.get());
+  invalidator_ = std::make_unique<KernelInvalidator>(session_.get(), &fs_->inodes());
   if (options.consistency == Consistency::kNotify) {
     auto started_watcher = ChangeWatcher::Start(fs_->inodes(), *invalidator_);
     if (started_watcher.ok()) {
@@ -466,6 +466,9 @@ void Daemon::StartPushing() {
   access_watcher_ = std::move(*access);
   fs_->AttachAccessWatcher(access_watcher_.get());
   detach_access_.Set([this] { fs_->AttachAccessWatcher(nullptr); });
+  // Which files the kernel holds whole, believed for at most the RAM tier's budget of
+  // them; under a memory limit only pushed files count (fs/inode_table.h, residency).
+  fs_->inodes().SetKernelResidency(memory_.ram_tier, /*count_reads=*/!pusher_->one_copy());
   pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
   prefetcher_->AttachKernelPages(pusher_.get());
 }

@@ -100,6 +100,10 @@ class FileHandle {
     MutexLock lock(id_mutex_);
     id_ = id;
   }
+  // Whether the kernel keeps what READs through this open bring (not a direct I/O
+  // open): InodeTable::NoteKernelRead.
+  bool reads_fill_page_cache() const { return reads_fill_page_cache_; }
+  void set_reads_bypass_page_cache() { reads_fill_page_cache_ = false; }
 
  private:
   friend class HandleFds;
@@ -120,6 +124,7 @@ class FileHandle {
 
   mutable Mutex id_mutex_;
   cache::SourceIdentity id_ GUARDED_BY(id_mutex_);
+  bool reads_fill_page_cache_ = true;  // set once, before the handle is handed out
 };
 
 }  // namespace epochfs::fs

@@ -71,15 +71,18 @@ struct FuseContext {
   bool readdirplus_always = false;  // set before mounting
 };
 
-// Invalidates the kernel's caches through the session (for the ChangeWatcher).
+// Invalidates the kernel's caches through the session (for the ChangeWatcher), and
+// tells `inodes` (may be null) that a node's pages are gone (InodeTable's residency).
 class KernelInvalidator : public Invalidator {
  public:
-  explicit KernelInvalidator(struct fuse_session* session) : session_(session) {}
+  explicit KernelInvalidator(struct fuse_session* session, InodeTable* inodes = nullptr)
+      : session_(session), inodes_(inodes) {}
   void InvalidateEntry(uint64_t parent_nodeid, const std::string& name) override;
   void InvalidateInode(uint64_t nodeid) override;
 
  private:
   struct fuse_session* session_;
+  InodeTable* inodes_;
 };
 
 // The one place a Status becomes an errno.

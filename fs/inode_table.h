@@ -75,6 +75,13 @@ struct Inode {
   // attribute version), so only the LOOKUP the open itself forces is trusted.
   std::optional<cache::SourceIdentity> kernel_attr_id;
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
+
+  // What the kernel's page cache holds of this file, as far as the daemon saw it fill
+  // (InodeTable::KernelHoldsWhole). Atomics: written by READs and pushes, read by
+  // readahead, without the table's lock.
+  std::atomic<uint64_t> kernel_read_to{0};  // READ replies since the last drop cover [0, this)
+  // 1 + the table's delivery clock when the kernel got the whole file; 0: not known whole.
+  std::atomic<uint64_t> kernel_whole_at{0};
 };
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
@@ -164,6 +171,27 @@ class InodeTable {
   // Whether the kernel may hold pages of `inode`: an identity of them is recorded (a
   // READ or a push filled them, or an open kept them).
   bool KernelHasRead(const Inode& inode) const;
+  // Residency: whether the kernel's page cache holds the whole of a file, so that
+  // readahead has nothing to bring (a warm epoch: every file was read or pushed once).
+  // The kernel tells nobody what it holds, so the table keeps what it saw: a file is
+  // held whole once READ replies covered it from 0 to its end, or a push stored it,
+  // and no longer once the mount dropped its pages (an invalidation, an open without
+  // keep_cache, a change through the mount). What the kernel's own reclaim takes is not
+  // seen; the table believes in at most `budget` bytes, those delivered last (a clock
+  // of bytes delivered: a file is held while less than `budget` bytes came after it).
+  // A wrong "held" costs one demand READ, never a wrong byte: nothing is served from
+  // this belief. `count_reads` false (a memory limit, where the pages a READ fills are
+  // the first the kernel reclaims): only pushes, whose pages the RAM tier charges and
+  // drops itself, count.
+  void SetKernelResidency(uint64_t budget, bool count_reads);
+  // A READ of `inode` at `offset` was answered with `bytes` of a file of `file_size`.
+  void NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes, uint64_t file_size);
+  // A push stored the whole file (`file_size` bytes) in the kernel's page cache.
+  void NoteKernelHoldsWhole(Inode& inode, uint64_t file_size);
+  // The kernel's pages of `inode` were dropped, or may have been.
+  static void NoteKernelDropped(Inode& inode);
+  bool KernelHoldsWhole(const Inode& inode) const;
+
   // Records that a LOOKUP or CREATE reply for `inode` carries `st`.
   void NoteKernelAttrs(Inode& inode, const struct ::stat& st);
   // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)
@@ -215,6 +243,10 @@ class InodeTable {
   static constexpr int64_t kMadeMemoryNs = 1'000'000'000;  // well past cache::kRacilyCleanNs
   void RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id, int64_t now)
       REQUIRES(mutex_);
+
+  std::atomic<uint64_t> residency_budget_{0};  // 0: no belief at all
+  std::atomic<bool> residency_counts_reads_{false};
+  std::atomic<uint64_t> delivered_bytes_{0};  // the delivery clock (SetKernelResidency)
 
   mutable Mutex mutex_;
   std::shared_ptr<Inode> root_;

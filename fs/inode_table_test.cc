@@ -43,6 +43,72 @@ TEST(InodeTable, SameSourceObjectSameNodeAndCountsLookups) {
   EXPECT_GT(reborn->nodeid, other_dev->nodeid);
 }
 
+// Residency: what the table believes the kernel's page cache holds whole.
+TEST(InodeTable, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
+  InodeTable table = MakeTable();
+  table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  table.NoteKernelRead(*a, 128, 72, 200);  // out of order: not counted
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+  table.NoteKernelRead(*a, 0, 128, 200);
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+  table.NoteKernelRead(*a, 128, 72, 200);
+  EXPECT_TRUE(table.KernelHoldsWhole(*a));
+  // Another READ: the kernel lacks that page now (reclaimed); read again from 0, whole.
+  table.NoteKernelRead(*a, 128, 72, 200);
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+  table.NoteKernelRead(*a, 0, 200, 200);
+  EXPECT_TRUE(table.KernelHoldsWhole(*a));
+  // Dropped (an invalidation, an open without keep_cache, a change through the mount).
+  InodeTable::NoteKernelDropped(*a);
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+  table.NoteKernelRead(*a, 128, 72, 200);  // the coverage went with the pages
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+}
+
+TEST(InodeTable, OnlyTheLastBudgetOfDeliveredBytesIsBelievedHeld) {
+  InodeTable table = MakeTable();
+  table.SetKernelResidency(/*budget=*/250, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  auto b = table.Remember(table.root(), "b", FakeStat(1, 101, S_IFREG), UniqueFd());
+  auto c = table.Remember(table.root(), "c", FakeStat(1, 102, S_IFREG), UniqueFd());
+  table.NoteKernelRead(*a, 0, 100, 100);
+  table.NoteKernelHoldsWhole(*b, 100);  // a push
+  EXPECT_TRUE(table.KernelHoldsWhole(*a));
+  EXPECT_TRUE(table.KernelHoldsWhole(*b));
+  // 300 bytes delivered since a's: the kernel may have reclaimed it to make room.
+  table.NoteKernelRead(*c, 0, 100, 100);
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+  EXPECT_TRUE(table.KernelHoldsWhole(*b));
+  EXPECT_TRUE(table.KernelHoldsWhole(*c));
+  // A file larger than the budget is never believed held.
+  auto big = table.Remember(table.root(), "big", FakeStat(1, 103, S_IFREG), UniqueFd());
+  table.NoteKernelRead(*big, 0, 300, 300);
+  EXPECT_FALSE(table.KernelHoldsWhole(*big));
+}
+
+TEST(InodeTable, UnderAMemoryLimitOnlyPushesCount) {
+  InodeTable table = MakeTable();
+  table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/false);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  table.NoteKernelRead(*a, 0, 100, 100);
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+  table.NoteKernelHoldsWhole(*a, 100);
+  EXPECT_TRUE(table.KernelHoldsWhole(*a));
+  table.NoteKernelRead(*a, 0, 100, 100);  // but a READ still says the kernel lost it
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+}
+
+TEST(InodeTable, AChangeThroughTheMountEndsTheBelief) {
+  InodeTable table = MakeTable();
+  table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  table.NoteKernelRead(*a, 0, 100, 100);
+  ASSERT_TRUE(table.KernelHoldsWhole(*a));
+  { MountChange change(table, a.get()); }  // a write that may have grown the file
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));
+}
+
 TEST(InodeTable, RootIsNeverForgotten) {
   InodeTable table = MakeTable();
   table.Forget(kRootNodeId, 1000);

@@ -130,6 +130,7 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     }
   }
   if (!stored) return forgotten ? PushResult::kNotKnown : PushResult::kRefused;
+  inodes_->NoteKernelHoldsWhole(*node, file.size);
   pushed_files_.fetch_add(1, std::memory_order_relaxed);
   pushed_bytes_.fetch_add(file.size, std::memory_order_relaxed);
   return PushResult::kPushed;
@@ -138,6 +139,13 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
 bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
   std::shared_lock attached(attach_mu_);
   return inodes_ != nullptr && inodes_->FindBySource(file.dev, file.ino) != nullptr;
+}
+
+bool PageCachePusher::HoldsWhole(uint64_t dev, uint64_t ino) const {
+  std::shared_lock attached(attach_mu_);
+  if (inodes_ == nullptr) return false;
+  std::shared_ptr<Inode> node = inodes_->FindBySource(dev, ino);
+  return node != nullptr && inodes_->KernelHoldsWhole(*node);
 }
 
 void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
@@ -169,6 +177,7 @@ void PageCachePusher::RunDrops() {
       // A node the kernel forgot took its pages with it.
       if (!node) continue;
       // Attributes and pages: FUSE drops attributes with any page range.
+      InodeTable::NoteKernelDropped(*node);
       fuse_lowlevel_notify_inval_inode(session_, node->nodeid, 0, 0);
     }
     batch.clear();

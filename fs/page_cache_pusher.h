@@ -75,10 +75,12 @@ class PageCachePusher final : public prefetch::KernelPages {
   // No more pushes or drops; returns once the pushes in flight are done. Call before
   // the session ends. Idempotent.
   void Detach();
+  bool one_copy() const { return one_copy_; }
 
   // prefetch::KernelPages
   prefetch::PushResult Push(const cache::SourceIdentity& file) override;
   bool Knows(const cache::SourceIdentity& file) const override;
+  bool HoldsWhole(uint64_t dev, uint64_t ino) const override;
 
   // Queues a drop of file (dev, ino)'s pages (the RAM tier let go of them).
   void DropLater(uint64_t dev, uint64_t ino);

@@ -570,7 +570,10 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
       result.keep_cache = true;
     }
   }
+  // Without keep_cache the kernel drops the file's pages at this open.
+  if (!result.keep_cache) InodeTable::NoteKernelDropped(**inode);
   result.handle = NewHandle(*inode, std::move(fd), id, flags);
+  if (result.direct_io || (flags & O_DIRECT)) result.handle->set_reads_bypass_page_cache();
   return result;
 }
 
@@ -618,7 +621,10 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   if (!st.ok()) return st.status();
   cache::SourceIdentity id = cache::SourceIdentity::FromStat(*st);
   auto data = ReadToCurrentEnd(fd->get(), id, offset, size);
-  if (data.ok() && id != fh.identity()) fh.set_identity(id);
+  if (data.ok()) {
+    if (id != fh.identity()) fh.set_identity(id);
+    if (fh.reads_fill_page_cache()) inodes_.NoteKernelRead(*fh.inode(), offset, data->size, id.size);
+  }
   return data;
 }
 
@@ -726,7 +732,10 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   if (!opened.ok()) return opened.status();
   if (access_.load() == nullptr) NoteDemandRead(prefetcher_, *this, **inode, offset);
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
-  if (data.ok()) CheckKernelCache(**inode, opened->second, seen);
+  if (data.ok()) {
+    CheckKernelCache(**inode, opened->second, seen);
+    inodes_.NoteKernelRead(**inode, offset, data->size, opened->second.size);
+  }
   return data;
 }
 

@@ -34,18 +34,30 @@ void EpochPolicy::RerankLocked() {
   }
 }
 
+void EpochPolicy::FreshRanksLocked() {
+  if (ranks_stale_) RerankLocked();
+  ranks_stale_ = false;
+  ranks_needed_ = true;
+}
+
 void EpochPolicy::MarkRead(const FileKey& file) {
   MutexLock lock(mu_);
   if (read_.count(file) != 0) return;
   read_.emplace(file, read_seq_++);
-  RerankFileLocked(file);
+  if (ranks_stale_) return;  // rebuilt whole when next needed
+  if (ranks_needed_) {
+    RerankFileLocked(file);
+  } else {
+    ranks_stale_ = true;
+  }
 }
 
 void EpochPolicy::NewEpoch() {
   MutexLock lock(mu_);
   read_.clear();
   read_seq_ = 0;
-  RerankLocked();
+  ranks_stale_ = true;
+  ranks_needed_ = false;
 }
 
 void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
@@ -56,24 +68,26 @@ void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
   for (size_t i = 0; i < order.size(); ++i) {
     if (!plan_pos_.emplace(order[i], i).second) plan_later_pos_.emplace(order[i], i);
   }
-  RerankLocked();
+  ranks_stale_ = true;
 }
 
-bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) const {
+bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) {
   MutexLock lock(mu_);
   if (bytes_ + bytes <= budget_) return true;
   if (SpentLocked(file) || by_rank_.empty()) return false;
+  FreshRanksLocked();
   return RankLocked(file) < by_rank_.rbegin()->first;
 }
 
-uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) const {
+uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) {
   MutexLock lock(mu_);
   uint32_t n = 0;
   if (bytes_ < budget_) {
     const uint64_t average = cached_.empty() ? 1 : std::max<uint64_t>(1, bytes_ / cached_.size());
     n = static_cast<uint32_t>(std::min<uint64_t>(limit, (budget_ - bytes_) / average));
   }
-  if (SpentLocked(file)) return n;  // a spent file never evicts
+  if (n >= limit || SpentLocked(file)) return n;  // a spent file never evicts
+  FreshRanksLocked();
   const uint64_t rank = RankLocked(file);
   for (auto it = by_rank_.rbegin(); it != by_rank_.rend() && n < limit && it->first > rank; ++it) {
     ++n;
@@ -111,6 +125,7 @@ void EpochPolicy::OnErase(const cache::ChunkKey& key) {
 std::optional<cache::ChunkKey> EpochPolicy::Victim() {
   MutexLock lock(mu_);
   if (by_rank_.empty()) return std::nullopt;
+  FreshRanksLocked();
   return by_rank_.rbegin()->second;
 }
 
@@ -118,6 +133,7 @@ bool EpochPolicy::AdmitWhenFull(const cache::ChunkKey& key, uint64_t bytes) {
   MutexLock lock(mu_);
   const FileKey file{key.dev, key.ino};
   if (SpentLocked(file) || by_rank_.empty()) return false;
+  FreshRanksLocked();
   return RankLocked(file) < by_rank_.rbegin()->first;
 }
 

@@ -18,6 +18,12 @@
 // prefetcher refilling freed room with unread files it is the remaining-set policy
 // (c + c ln(1/c)); with a plan, Belady.
 //
+// Ranks are kept current only once something needs them. Until a decision asks for
+// them in an epoch (the tier full, readahead asking for room), reads only mark the file
+// and the ranks are rebuilt at that first ask: with the data set in RAM, reranking at
+// every read (a few us each, on the access watcher's thread) was a fifth of the daemon's
+// work in a warm epoch. From then on until the next epoch, each read reranks its file.
+//
 // Thread-safety: thread-safe. The RAM tier calls the EvictionPolicy methods under its
 // own lock; the prefetcher calls MarkRead/NewEpoch/SetPlan/WouldAdmit from other
 // threads. Lock order: RAM tier lock, then mu_. This class never calls the tier.
@@ -53,13 +59,13 @@ class EpochPolicy final : public cache::EvictionPolicy {
   void SetPlan(const std::vector<FileKey>& order);
   // Whether `bytes` more of `file` would get into the tier now (room, or a worse entry
   // to evict). Approximate: the tier may change before the prefetch lands.
-  bool WouldAdmit(const FileKey& file, uint64_t bytes) const;
+  bool WouldAdmit(const FileKey& file, uint64_t bytes);
   bool WasRead(const FileKey& file) const;
   // How many entries one file of `file`'s rank could take the place of now, counting
   // at most `limit`: free room (in average entries) plus cached entries ranked worse.
   // The prefetcher keeps fewer prefetches in flight than this, so that none of them
   // is fetched only to be refused by the tier.
-  uint32_t Displaceable(const FileKey& file, uint32_t limit) const;
+  uint32_t Displaceable(const FileKey& file, uint32_t limit);
 
   // cache::EvictionPolicy
   void OnInsert(const cache::ChunkKey& key, uint64_t bytes) override;
@@ -77,6 +83,9 @@ class EpochPolicy final : public cache::EvictionPolicy {
   }
   void RerankLocked() REQUIRES(mu_);
   void RerankFileLocked(const FileKey& file) REQUIRES(mu_);
+  // Before any decision by rank: rebuilds stale ranks, and keeps them current from now
+  // on in this epoch.
+  void FreshRanksLocked() REQUIRES(mu_);
 
   const uint64_t budget_;
   mutable Mutex mu_;
@@ -91,6 +100,9 @@ class EpochPolicy final : public cache::EvictionPolicy {
   };
   std::map<cache::ChunkKey, Cached> cached_ GUARDED_BY(mu_);
   std::set<std::pair<uint64_t, cache::ChunkKey>> by_rank_ GUARDED_BY(mu_);
+  // by_rank_ and cached_'s ranks agree with each other, but may miss reads and the plan.
+  bool ranks_stale_ GUARDED_BY(mu_) = false;
+  bool ranks_needed_ GUARDED_BY(mu_) = false;  // this epoch: rerank at each read
 };
 
 }  // namespace epochfs::prefetch

@@ -56,5 +56,29 @@ TEST(EpochPolicy, APlanIntoTheNextEpochKeepsAReadFileByItsNextPosition) {
   EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 1, 3}));
 }
 
+TEST(EpochPolicy, ReadsMarkedWhileNoDecisionNeededRanksStillCount) {
+  // Room for 4: the first reads only mark their files (no decision needs ranks yet).
+  EpochPolicy policy(4 * 100);
+  for (uint64_t ino : {1, 2, 3}) policy.OnInsert(C(ino), 100);
+  policy.MarkRead(F(2));
+  policy.MarkRead(F(3));
+  EXPECT_EQ(policy.Displaceable(F(9), 1), 1u);  // free room: no ranks needed
+  policy.OnInsert(C(4), 100);
+  // Full now: the first decision by rank sees both reads (oldest read first).
+  EXPECT_TRUE(policy.AdmitWhenFull(C(5), 100));
+  EXPECT_EQ(policy.Displaceable(F(9), 10), 2u);
+  // From here, each read reranks its file at once.
+  policy.MarkRead(F(4));
+  EXPECT_EQ(policy.Displaceable(F(9), 10), 3u);
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 3, 4, 1}));
+
+  // A new epoch: every file unread again, and the plan (set lazily too) ranks them.
+  policy.NewEpoch();
+  for (uint64_t ino : {1, 2, 3, 4}) policy.OnInsert(C(ino), 100);
+  policy.SetPlan({F(4), F(3), F(2), F(1)});
+  policy.MarkRead(F(4));
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{4, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch

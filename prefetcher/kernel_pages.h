@@ -34,6 +34,11 @@ class KernelPages {
   // Whether the kernel has an inode for `file` now (cheap: no kernel call), before a
   // retry of a kNotKnown push.
   virtual bool Knows(const cache::SourceIdentity& file) const = 0;
+  // Whether the kernel's page cache holds the whole of file (dev, ino), as far as the
+  // FUSE layer saw it fill (fs/inode_table.h, residency): readahead then has nothing to
+  // bring. Cheap (no kernel call, no source stat). A wrong "yes" (pages the kernel
+  // reclaimed unseen) costs the reader one demand READ, never a wrong byte.
+  virtual bool HoldsWhole(uint64_t dev, uint64_t ino) const = 0;
 };
 
 }  // namespace epochfs::prefetch

@@ -143,6 +143,7 @@ struct PrefetcherStats {
   uint64_t prefetched = 0;        // files prefetched with at least one chunk now in RAM
   uint64_t prefetch_hits = 0;     // accesses to files that readahead had brought in
   uint64_t prefetch_refused = 0;  // candidates skipped: the RAM policy would refuse them
+  uint64_t prefetch_in_kernel = 0;  // candidates skipped: the kernel's page cache holds them
   uint64_t prefetch_filled = 0;   // plan entries beyond the window read into the SSD tier
   uint64_t prefetch_errors = 0;   // candidates that could not be opened or read
   uint64_t prefetch_source_reads = 0;  // chunks readahead read from the source

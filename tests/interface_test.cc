@@ -468,6 +468,7 @@ const std::vector<std::string> kStatsKeys = {
     "prefetch_from_source",
     "prefetch_from_ssd",
     "prefetch_hits",
+    "prefetch_in_kernel",
     "prefetch_iops_limit",
     "prefetch_pace_reads_per_s",
     "prefetch_pace_slowdowns",

@@ -731,6 +731,36 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
       << "daemon " << pid << " still running after unmount";
 }
 
+// A warm epoch costs the daemon no readahead: every file's pages are in the kernel
+// (pushed, or filled by READs), so readahead passes over them (prefetch_in_kernel)
+// instead of statting each on the source and pushing bytes the kernel has. A file
+// whose pages were dropped (changed underneath) is not passed over: it is read with
+// its new bytes.
+TEST_P(PushTest, AWarmEpochPassesOverWhatTheKernelHolds) {
+  const auto names = FillAndUnmount(300, {});
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ListAll();
+  EXPECT_GE(WaitFor(*m, "pushed_files", 300), 300u) << PushSummary(*m);
+  ShuffledEpoch(names, 1);
+  WaitFor(*m, "epoch_accesses", 300);
+  auto before = m->Stats();
+  ShuffledEpoch(names, 2);
+  WaitFor(*m, "epoch_accesses", 300);
+  auto s = m->Stats();
+  EXPECT_GE(s["prefetch_in_kernel"].get<uint64_t>() - before["prefetch_in_kernel"].get<uint64_t>(),
+            200u)
+      << s.dump();
+  EXPECT_EQ(s["pushed_files"], before["pushed_files"]) << s.dump();
+  EXPECT_EQ(s["prefetch_source_reads"], before["prefetch_source_reads"]) << s.dump();
+
+  std::map<std::string, std::string> changed;
+  changed[names[7]] = RandomBytes(kSize + 3000, 700'007);
+  WriteFile(src_ / names[7], changed[names[7]]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
+  ShuffledEpoch(names, 3, changed);
+}
+
 INSTANTIATE_TEST_SUITE_P(Consistency, PushTest, ::testing::Values("notify", "open"));
 
 
