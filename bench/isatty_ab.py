@@ -19,6 +19,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -36,11 +37,11 @@ PASSES = 5  # epochs per measurement: the readers' fork is not what is measured
 ROWS = ("tmpfs buffered", "epochfs unbuffered", "epochfs buffered", "epochfs buffered, epochfs run")
 
 
-def reader(paths: list[str], mode: str, conn) -> None:
+def reader(orders: list[list[str]], mode: str, conn) -> None:
     if mode == "hook":
         epochfs.hook._install_open()  # what install() does first (it then hooks torch)
     n = 0
-    for _ in range(PASSES):
+    for paths in orders:
         for p in paths:
             if mode == "unbuffered":
                 with open(p, "rb", buffering=0) as f:
@@ -52,12 +53,19 @@ def reader(paths: list[str], mode: str, conn) -> None:
 
 
 def epoch(paths: list[str], mode: str, readers: int) -> float:
+    """PASSES epochs, each in a new shuffled order shared out among the readers (as a
+    DataLoader's workers share an epoch's order); returns files/s."""
     ctx = mp.get_context("fork")
     procs, conns = [], []
+    orders = []
+    for _ in range(PASSES):
+        order = paths[:]
+        random.shuffle(order)
+        orders.append(order)
     t0 = time.monotonic()
     for r in range(readers):
         a, b = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=reader, args=(paths[r::readers], mode, b))
+        p = ctx.Process(target=reader, args=([o[r::readers] for o in orders], mode, b))
         p.start()
         procs.append(p)
         conns.append(a)
@@ -105,6 +113,13 @@ def main() -> int:
             epoch([os.path.join(tmp, r) for r in rel], "unbuffered", a.readers)
         results = {row: [] for row in ROWS}
         ioctls = {row: [] for row in ROWS}
+        cpu = {row: [] for row in ROWS}
+        pid = json.loads(subprocess.run([a.epochfs, "status", mnt, "--json"], capture_output=True,
+                                        text=True).stdout)["pid"]
+
+        def daemon_cpu_s() -> float:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
         def requests() -> dict:
             out = subprocess.run([a.epochfs, "status", mnt, "--json"], capture_output=True, text=True).stdout
@@ -116,7 +131,9 @@ def main() -> int:
             for row in ROWS:
                 root, mode = on[row]
                 before = requests()
+                cpu_before = daemon_cpu_s()
                 results[row].append(epoch([os.path.join(root, r) for r in rel], mode, a.readers))
+                cpu[row].append((daemon_cpu_s() - cpu_before) / PASSES)
                 after = requests()
                 ioctls[row].append((after.get("ioctl", 0) - before.get("ioctl", 0)) / PASSES)
                 for k, v in after.items():
@@ -124,12 +141,14 @@ def main() -> int:
                         all_requests[row][k] = all_requests[row].get(k, 0) + v - before.get(k, 0)
             print(f"round {rnd + 1}: " + ", ".join(f"{row} {results[row][-1]:.0f}" for row in ROWS), flush=True)
         tmpfs = statistics.median(results["tmpfs buffered"])
-        print(f"\n{'row':<32} {'files/s (rounds)':<28} {'median':>7} {'x tmpfs':>7} {'ioctls/epoch':>12}")
+        print(f"\n{'row':<32} {'files/s (rounds)':<28} {'median':>7} {'x tmpfs':>7} {'ioctls/epoch':>12} "
+              f"{'daemon CPU ms/epoch':>19}")
         for row in ROWS:
             med = statistics.median(results[row])
             ioc = "-" if row.startswith("tmpfs") else f"{statistics.median(ioctls[row]):.0f}"
+            daemon = "-" if row.startswith("tmpfs") else f"{1000 * statistics.median(cpu[row]):.0f}"
             print(f"{row:<32} {' / '.join(f'{v:.0f}' for v in results[row]):<28} {med:>7.0f} "
-                  f"{med / tmpfs:>7.2f} {ioc:>12}")
+                  f"{med / tmpfs:>7.2f} {ioc:>12} {daemon:>19}")
         print("\nrequests to the daemon per epoch: " + "; ".join(
             f"{row}: {({k: round(v / PASSES / a.rounds) for k, v in all_requests[row].items()})}"
             for row in ROWS if not row.startswith("tmpfs")))

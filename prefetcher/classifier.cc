@@ -25,6 +25,7 @@ void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
 
 void Classifier::Access(const FileKey& file, const std::string& path) {
   const uint64_t index = count_++;
+  if (index >= options_.max_accesses) return;  // decided
   const uint64_t recent = index > options_.window ? index - options_.window : 0;
   // The first `window` accesses are in any window: they do not say anything.
   const bool score = index >= options_.window;

@@ -28,6 +28,10 @@ struct ClassifierOptions {
   uint32_t window = 64;
   uint32_t min_accesses = 128;
   double threshold = 0.7;
+  // An epoch's first this many accesses decide its pattern; later ones are counted
+  // only. Scoring every access (a sorted map of paths) cost a tenth of the access
+  // watcher's work in a warm epoch, and memory per file read.
+  uint32_t max_accesses = 8192;
 };
 
 class Classifier {
