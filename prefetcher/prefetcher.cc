@@ -793,7 +793,12 @@ void PrefetcherImpl::Work(uint32_t index) {
           continue;
         }
         batch = TakeBatchLocked(!streaming ? 1 : PatternLocked() == Pattern::kPublished ? kPlanStreamBatch : kStreamBatch);
-        if (!batch.empty()) break;
+        if (!batch.empty()) {
+          // There may be more: the next worker looks too (an access wakes only one,
+          // and the others sleep until notified).
+          cv_.notify_one();
+          break;
+        }
         // Work comes with an access, a plan or a new epoch (each notifies), except
         // pushes to retry and a plan's fills, which wait for time (the SSD tier's room).
         const bool timed = !unpushed_.empty() || (PatternLocked() == Pattern::kPublished &&

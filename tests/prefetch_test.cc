@@ -700,10 +700,16 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   // Measured in the kernel too: the pushed pages are charged to the daemon's cgroup
   // (which holds nothing else that reads much; 2 MiB for the index and the record).
   EXPECT_LE(group.PageCacheBytes(), budget + (2u << 20)) << s.dump();
-  // And seen from the files (mincore), with slack: this walk's own opens count as reads
-  // (fanotify sees them), so files it walked are dropped and others pushed meanwhile,
-  // and a drop runs on the pusher's thread just after the tier lets the pages go.
-  EXPECT_LE(ResidentBytes(names), budget + (8u << 20)) << s.dump();
+  // And seen from the files (mincore). The walk is no snapshot: its own opens count as
+  // reads (fanotify sees them), so files it walked are dropped and others pushed
+  // meanwhile, and it may count both. What it counts was resident when it began (within
+  // the budget, with slack for a drop that runs on the pusher's thread just after the
+  // tier lets the pages go) or pushed since. (A bound of the budget plus a fixed slack
+  // failed about one run in two with the CPUs busy.)
+  const uint64_t pushed_before = stats()["pushed_bytes"].get<uint64_t>();
+  const uint64_t resident = ResidentBytes(names);
+  const uint64_t pushed_during = stats()["pushed_bytes"].get<uint64_t>() - pushed_before;
+  EXPECT_LE(resident, budget + pushed_during + (8u << 20)) << s.dump();
 
   auto order = names;
   std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
@@ -751,7 +757,11 @@ TEST_P(PushTest, AWarmEpochPassesOverWhatTheKernelHolds) {
   EXPECT_GE(s["prefetch_in_kernel"].get<uint64_t>() - before["prefetch_in_kernel"].get<uint64_t>(),
             200u)
       << s.dump();
-  EXPECT_EQ(s["pushed_files"], before["pushed_files"]) << s.dump();
+  // Nearly none pushed again: a file the kernel filled with READs whose replies were
+  // handled out of order (two FUSE threads) is not known whole, and is pushed once more
+  // (a few in 300 with the CPUs busy).
+  EXPECT_LE(s["pushed_files"].get<uint64_t>() - before["pushed_files"].get<uint64_t>(), 15u)
+      << s.dump();
   EXPECT_EQ(s["prefetch_source_reads"], before["prefetch_source_reads"]) << s.dump();
 
   std::map<std::string, std::string> changed;
