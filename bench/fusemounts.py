@@ -24,7 +24,11 @@ from benchenv import (BlkioThrottle, Cleanup, find_daemon_pid, mount_at, pid_ali
 
 #: Keys the benchmark reads from ``epochfs status MOUNT --json``.
 EPOCHFS_STATUS_KEYS = ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses",
-                       "daemon_rss_bytes", "corrupt_entries", "requests")
+                       "daemon_rss_bytes", "corrupt_entries", "requests",
+                       # what readahead and pushing did (kept in the JSON for diagnosis)
+                       "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel",
+                       "pushed_files", "push_not_known", "push_refused", "kernel_page_drops",
+                       "access_opens")
 
 
 class MountError(Exception):
@@ -227,7 +231,9 @@ def status_delta(before: dict | None, after: dict | None) -> dict | None:
     if before is None or after is None:
         return None
     out: dict = {}
-    for key in ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses", "corrupt_entries"):
+    for key in ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses", "corrupt_entries",
+                "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel", "pushed_files",
+                "push_not_known", "push_refused", "kernel_page_drops", "access_opens"):
         if isinstance(after.get(key), (int, float)) and isinstance(before.get(key), (int, float)):
             out[key] = after[key] - before[key]
     if "corrupt_entries" in after:

@@ -87,6 +87,26 @@ TEST(InodeTable, OnlyTheLastBudgetOfDeliveredBytesIsBelievedHeld) {
   EXPECT_FALSE(table.KernelHoldsWhole(*big));
 }
 
+TEST(InodeTable, AReadOfAFileBelievedHeldVoidsEveryOlderBelief) {
+  InodeTable table = MakeTable();
+  table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  auto b = table.Remember(table.root(), "b", FakeStat(1, 101, S_IFREG), UniqueFd());
+  auto c = table.Remember(table.root(), "c", FakeStat(1, 102, S_IFREG), UniqueFd());
+  table.NoteKernelRead(*a, 0, 100, 100);
+  table.NoteKernelRead(*b, 0, 100, 100);
+  table.NoteKernelRead(*c, 0, 100, 100);
+  // The kernel reclaimed b (say, its page cache was dropped): a READ of it comes.
+  table.NoteKernelRead(*b, 0, 50, 100);
+  EXPECT_FALSE(table.KernelHoldsWhole(*a));  // delivered before b: gone too, likely
+  EXPECT_FALSE(table.KernelHoldsWhole(*b));
+  EXPECT_TRUE(table.KernelHoldsWhole(*c));   // after b
+  table.NoteKernelRead(*b, 50, 50, 100);
+  EXPECT_TRUE(table.KernelHoldsWhole(*b));   // whole again, and believed
+  table.NoteKernelRead(*a, 0, 100, 100);
+  EXPECT_TRUE(table.KernelHoldsWhole(*a));
+}
+
 TEST(InodeTable, UnderAMemoryLimitOnlyPushesCount) {
   InodeTable table = MakeTable();
   table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/false);
