@@ -466,9 +466,17 @@ void Daemon::StartPushing() {
   access_watcher_ = std::move(*access);
   fs_->AttachAccessWatcher(access_watcher_.get());
   detach_access_.Set([this] { fs_->AttachAccessWatcher(nullptr); });
-  // Which files the kernel holds whole, believed for at most the RAM tier's budget of
-  // them; under a memory limit only pushed files count (fs/inode_table.h, residency).
-  fs_->inodes().SetKernelResidency(memory_.ram_tier, /*count_reads=*/!pusher_->one_copy());
+  // Which files the kernel holds whole (fs/inode_table.h, residency). Under a memory
+  // limit only pushed files count, within the RAM tier's budget that pays for them.
+  // Without one the kernel keeps what READs and copies bring as long as memory lasts:
+  // believed for up to the machine's memory, since a READ of a file it reclaimed voids
+  // the older beliefs anyway. (Believed for --ram only, a data set larger than --ram
+  // that fits in memory would be pushed again, all but --ram of it, every epoch.)
+  const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const bool limited = pusher_->one_copy();
+  fs_->inodes().SetKernelResidency(limited ? memory_.ram_tier : std::max(memory_.ram_tier, physical),
+                                   /*count_reads=*/!limited);
   pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
   prefetcher_->AttachKernelPages(pusher_.get());
 }

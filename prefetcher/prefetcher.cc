@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -44,8 +45,13 @@ uint64_t Fingerprint(const Range& items, PathOf path_of) {
 }
 
 // An access to a file already accessed starts a new epoch once this much of the
-// previous epoch has been covered (less would be a re-read inside one epoch).
+// longest of the last kEpochsRemembered epochs has been covered (less would be a re-read
+// inside one epoch). The longest, not the last: readers a pass apart (DataLoader workers
+// across an epoch's end, or independent readers) cut an epoch short with a repeat, and
+// measured against the short one the next was cut shorter still (39 "epochs" in 5
+// passes of 4 readers).
 constexpr double kEpochCoverage = 0.9;
+constexpr size_t kEpochsRemembered = 4;
 // In the first epoch there is no previous one: a repeat after this many accesses.
 constexpr size_t kFirstEpochMinAccesses = 16;
 // How long a worker lets demand reads go first before it issues its prefetch anyway.
@@ -271,6 +277,7 @@ class PrefetcherImpl final : public Prefetcher {
   // This and the last epoch's accesses.
   std::vector<uint32_t> order_ GUARDED_BY(mu_);
   std::vector<uint32_t> previous_order_ GUARDED_BY(mu_);
+  std::deque<size_t> epoch_lengths_ GUARDED_BY(mu_);  // the last kEpochsRemembered epochs' accesses
   std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_ GUARDED_BY(mu_);
   std::unordered_set<FileKey, FileKeyHash> accessed_ GUARDED_BY(mu_);  // this epoch
   std::unordered_set<FileKey, FileKeyHash> prefetched_ GUARDED_BY(mu_);  // issued this epoch
@@ -428,6 +435,10 @@ void PrefetcherImpl::SaveRecordLocked() {
 void PrefetcherImpl::NewEpochLocked() {
   previous_pattern_ = PatternLocked();
   previous_order_ = std::move(order_);
+  if (!previous_order_.empty()) {
+    if (epoch_lengths_.size() == kEpochsRemembered) epoch_lengths_.pop_front();
+    epoch_lengths_.push_back(previous_order_.size());
+  }
   // At an epoch's end, when files were seen that the record lacks (what a restart
   // streams), else at most every kRecordPeriod (the order; the unmount saves it too):
   // rewriting it at every epoch was a quarter of the access watcher's work when the
@@ -490,9 +501,10 @@ void PrefetcherImpl::OnOpens(const std::vector<Opened>& opens) {
 
 bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& path) {
   if (accessed_.count(file) != 0) {
-    const size_t need = previous_order_.empty()
-                            ? kFirstEpochMinAccesses
-                            : static_cast<size_t>(kEpochCoverage * previous_order_.size());
+    const size_t longest =
+        epoch_lengths_.empty() ? 0 : *std::max_element(epoch_lengths_.begin(), epoch_lengths_.end());
+    const size_t need = longest == 0 ? kFirstEpochMinAccesses
+                                     : static_cast<size_t>(kEpochCoverage * static_cast<double>(longest));
     if (accessed_.size() < std::max<size_t>(need, 1)) return false;  // a re-read in this epoch
     spdlog::debug("prefetch: epoch {} ends after {} files ({})", epoch_, accessed_.size(),
                   PatternName(PatternLocked()));

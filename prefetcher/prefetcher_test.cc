@@ -64,6 +64,34 @@ TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
 
 // The classifier needs 128 accesses of an epoch to name it; until then a shuffled last
 // epoch predicts a shuffled one, so readahead need not wait (and then burst).
+// Readers out of step: 4 readers each read a quarter of every pass's shuffled order,
+// one after the other, at different speeds, so that near each pass's end the fast ones
+// read the next pass while the slow ones finish this one. Epochs stay about as long as
+// a pass; measured against the last epoch only, each cut-short epoch cut the next one
+// shorter still (5 passes of bench/isatty_ab.py made 39 "epochs").
+TEST(Prefetcher, ReadersOutOfStepDoNotCutEpochsShorterAndShorter) {
+  auto p = Tracker();
+  const uint32_t n = 1000, readers = 4, passes = 6;
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint32_t>> slices(readers);  // each reader's files, all passes
+  for (uint32_t pass = 0; pass < passes; ++pass) {
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (uint32_t i = 0; i < n; ++i) slices[i % readers].push_back(order[i]);
+  }
+  // Reader r reads 4 + r files per round.
+  std::vector<size_t> next(readers, 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (uint32_t r = 0; r < readers; ++r) {
+      for (uint32_t k = 0; k < 4 + r && next[r] < slices[r].size(); ++k) Access(*p, slices[r][next[r]++]);
+      more = more || next[r] < slices[r].size();
+    }
+  }
+  EXPECT_LE(p->Stats().epoch, passes + 2) << "epochs for " << passes << " passes";
+}
+
 TEST(Prefetcher, AShuffledEpochPredictsTheNextOneUntilTheClassifierKnows) {
   auto p = Tracker();
   const uint32_t n = 600;
