@@ -69,7 +69,17 @@ void AccessWatcher::Run() {
         MutexLock lock(mu_);
         if (stop_) return;
       }
+      const bool resume = resume_asked_.exchange(false);
+      if (resume) {
+        MutexLock lock(mu_);
+        queued_.assign(marked_.begin(), marked_.end());  // every directory, again
+      }
       MarkQueued();
+      if (resume && !watching_.load()) {
+        watching_.store(true);
+        quiet_prefetched_ = UINT64_MAX;  // a fresh look before pausing again
+        spdlog::info("access watcher: READs reach the daemon again; watching opens");
+      }
     }
     if (fds[0].revents & POLLIN) {
       // Interrupt moderation: a busy reader opens tens of thousands of files a second,
@@ -81,8 +91,49 @@ void AccessWatcher::Run() {
       if (now < last_read_ + kEventBatchPeriod) std::this_thread::sleep_until(last_read_ + kEventBatchPeriod);
       last_read_ = std::chrono::steady_clock::now();
       ReadEvents();
+      MaybePause();
     }
   }
+}
+
+bool AccessWatcher::OnDemandRead() {
+  demand_reads_.fetch_add(1, std::memory_order_relaxed);
+  if (watching_.load(std::memory_order_relaxed)) return false;
+  if (!resume_asked_.exchange(true)) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof(one));
+  }
+  return true;
+}
+
+void AccessWatcher::MaybePause() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < pause_checked_ + kPauseCheckPeriod) return;
+  pause_checked_ = now;
+  const prefetch::PrefetcherStats s = prefetcher_.Stats();
+  const uint64_t reads = demand_reads_.load(std::memory_order_relaxed);
+  if (reads != quiet_reads_ || s.prefetched != quiet_prefetched_) {
+    // Something reached the daemon, or readahead brought a file: quiet from now on?
+    quiet_reads_ = reads;
+    quiet_prefetched_ = s.prefetched;
+    quiet_since_epoch_ = s.epoch;
+    return;
+  }
+  if (s.epoch < quiet_since_epoch_ + kQuietEpochs) return;
+  // FAN_MARK_FLUSH: every inode mark of this group goes; marked_ remembers them.
+  if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_FLUSH, 0, AT_FDCWD, nullptr) != 0) {
+    spdlog::debug("access watcher: cannot flush marks: {}", std::strerror(errno));
+    quiet_prefetched_ = UINT64_MAX;
+    return;
+  }
+  watching_.store(false);
+  marks_.store(0);
+  pauses_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("access watcher: {} epochs with every file in the page cache; not watching "
+               "opens until a READ reaches the daemon",
+               kQuietEpochs);
+  // A READ that came in between found watching_ still true and did not ask to resume.
+  if (demand_reads_.load() != reads) OnDemandRead();
 }
 
 void AccessWatcher::MarkQueued() {
@@ -152,11 +203,13 @@ void AccessWatcher::ReadEvents() {
 void AccessWatcher::VisitCounters(const AccessWatcher* watcher, const CounterVisitor& visit) {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
-  uint64_t opens = 0, marks = 0, failures = 0;
+  uint64_t opens = 0, marks = 0, failures = 0, pauses = 0, paused = 0;
   if (watcher) {
     opens = watcher->opens_.load();
     marks = watcher->marks_.load();
     failures = watcher->mark_failures_.load();
+    pauses = watcher->pauses_.load();
+    paused = watcher->watching_.load() ? 0 : 1;
   }
   visit(CounterInfo{"access_opens", "Opens of files through the mount seen by fanotify.", kCounter}
             .Show({.row = "opens seen", .label = ""}),
@@ -167,6 +220,14 @@ void AccessWatcher::VisitCounters(const AccessWatcher* watcher, const CounterVis
   visit(CounterInfo{"access_mark_failures", "Directories that could not be marked.", kCounter}
             .Show({.row = "opens seen", .label = "unmarked"}),
         failures);
+  visit(CounterInfo{"access_pauses",
+                    "Times the watcher stopped seeing opens: every file was in the page cache.",
+                    kCounter}
+            .Show({.row = "opens seen", .label = "pauses"}),
+        pauses);
+  visit(CounterInfo{"access_paused", "1 while opens are not watched (see access_pauses).", kGauge}
+            .Show({.row = "opens seen", .label = "paused"}),
+        paused);
 }
 
 }  // namespace epochfs::fs

@@ -14,6 +14,14 @@
 // When fanotify is unavailable (not root, an old kernel) Start() fails; the daemon then
 // keeps reporting demand reads as accesses, and does not push pages.
 //
+// Pausing. Once two whole epochs went by with no READ reaching the daemon and nothing
+// for readahead to bring (the page cache holds the data set), the events are worth
+// nothing and cost every open (made in the reader's open(), read here): the marks are
+// flushed. The first READ that reaches the daemon again (the kernel dropped pages, a
+// file changed) resumes watching; until the marks are back, READs count as accesses,
+// as without a watcher. Measured: with the data set in the page cache, the events held
+// a warm epoch to 0.75x tmpfs, with 14 ms of daemon CPU per 3,000 opens.
+//
 // Thread-safety: Watch() is thread-safe and never blocks on the kernel; one thread
 // makes marks, reads events and calls the prefetcher.
 #pragma once
@@ -51,6 +59,10 @@ class AccessWatcher {
 
   // Marks directory node `dir` (once; queued for the thread).
   void Watch(const Inode& dir);
+  // A READ of a file reached the daemon. Returns whether opens are not being seen now
+  // (paused, or the marks not back yet): the caller then reports the read as an access
+  // itself. Resumes watching if paused.
+  bool OnDemandRead();
 
   uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
   // Names the counters (base/counters.h); `watcher` may be null (none running).
@@ -62,6 +74,8 @@ class AccessWatcher {
   void Run();
   void MarkQueued();
   void ReadEvents();
+  // After events: pauses once two epochs passed with no READ and no readahead.
+  void MaybePause();
 
   const std::filesystem::path mountpoint_;
   UniqueFd fanotify_fd_;
@@ -73,7 +87,16 @@ class AccessWatcher {
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark
   std::unordered_set<uint64_t> marked_ GUARDED_BY(mu_);  // queued or marked already
-  std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0};
+  std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0}, pauses_{0};
+  std::atomic<uint64_t> demand_reads_{0};
+  // Opens are seen (marks in place); false from a pause until the marks are back.
+  std::atomic<bool> watching_{true};
+  std::atomic<bool> resume_asked_{false};
+  // The watcher thread's own: what MaybePause last saw, and when it looked.
+  static constexpr auto kPauseCheckPeriod = std::chrono::milliseconds(100);
+  static constexpr uint64_t kQuietEpochs = 2;
+  std::chrono::steady_clock::time_point pause_checked_{};
+  uint64_t quiet_since_epoch_ = 0, quiet_reads_ = 0, quiet_prefetched_ = UINT64_MAX;
   // The watcher thread's own: when it last read events (see Run).
   static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(1);
   std::chrono::steady_clock::time_point last_read_{};

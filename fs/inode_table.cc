@@ -146,8 +146,11 @@ void InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
   // whole any more (reclaimed, or never all there). If the file was believed held, the
   // kernel reclaimed it unseen; it reclaims the least recently used first, so every file
   // delivered before this one is believed no more either (a dropped page cache is
-  // noticed at the first READ, not file by file).
-  if (const uint64_t at = inode.kernel_whole_at.exchange(0, std::memory_order_relaxed); at != 0) {
+  // noticed at the first READ, not file by file). Not for a file delivered just now: its
+  // READ may have been asked before the push landed (readahead racing the reader), and
+  // voiding then cost every other file a second pass (seen with the CPUs busy).
+  if (const uint64_t at = inode.kernel_whole_at.exchange(0, std::memory_order_relaxed);
+      at != 0 && delivered_bytes_.load(std::memory_order_relaxed) - (at - 1) >= kVoidAfterBytes) {
     uint64_t voided = residency_void_to_.load(std::memory_order_relaxed);
     while (voided < at &&
            !residency_void_to_.compare_exchange_weak(voided, at, std::memory_order_relaxed)) {

@@ -252,6 +252,9 @@ class InodeTable {
   // Beliefs recorded at or before this point of the clock (plus one) are void: a READ
   // showed the kernel reclaimed a file delivered then (NoteKernelRead).
   std::atomic<uint64_t> residency_void_to_{0};
+  // A READ of a file believed held voids the older beliefs only once this much was
+  // delivered after it (NoteKernelRead): more than readahead has in flight.
+  static constexpr uint64_t kVoidAfterBytes = 64ull << 20;
 
   mutable Mutex mutex_;
   std::shared_ptr<Inode> root_;

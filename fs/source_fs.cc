@@ -610,7 +610,9 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
-  if (access_.load() == nullptr) NoteDemandRead(prefetcher_, *this, *fh.inode(), offset);
+  if (AccessWatcher* access = access_.load(); access == nullptr || access->OnDemandRead()) {
+    NoteDemandRead(prefetcher_, *this, *fh.inode(), offset);
+  }
   auto fd = fh.Fd();
   if (!fd.ok()) return fd.status();
   // The kernel's page cache is one per file, shared by every open: a read for an
@@ -730,7 +732,9 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   const auto seen = InodeTable::Observe(**inode);
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
-  if (access_.load() == nullptr) NoteDemandRead(prefetcher_, *this, **inode, offset);
+  if (AccessWatcher* access = access_.load(); access == nullptr || access->OnDemandRead()) {
+    NoteDemandRead(prefetcher_, *this, **inode, offset);
+  }
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
   if (data.ok()) {
     CheckKernelCache(**inode, opened->second, seen);

@@ -416,6 +416,8 @@ const std::vector<std::string> kStatsKeys = {
     "access_mark_failures",
     "access_marks",
     "access_opens",
+    "access_paused",
+    "access_pauses",
     "access_rate",
     "cache_dir",
     "change_events",

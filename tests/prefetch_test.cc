@@ -771,6 +771,55 @@ TEST_P(PushTest, AWarmEpochPassesOverWhatTheKernelHolds) {
   ShuffledEpoch(names, 3, changed);
 }
 
+// With the data set in the page cache, the access watcher stops watching opens after
+// two quiet epochs (its events cost every open and tell readahead nothing), and starts
+// again at the first READ that reaches the daemon: here, of a file changed underneath,
+// read with its new bytes.
+TEST_P(PushTest, TheAccessWatcherPausesWhileThePageCacheHoldsEverything) {
+  const auto names = FillAndUnmount(300, {});
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ListAll();
+  EXPECT_GE(WaitFor(*m, "pushed_files", 300), 300u) << PushSummary(*m);
+  uint64_t seed = 10;
+  const auto epochs_until_paused = [&] {
+    for (int epoch = 0; epoch < 12 && m->Stats()["access_paused"] != 1; ++epoch) {
+      ShuffledEpoch(names, seed++);
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the watcher's look
+    }
+    return m->Stats()["access_paused"] == 1;
+  };
+  ASSERT_TRUE(epochs_until_paused()) << m->Stats().dump();
+  const auto file_reads = [](const nlohmann::json& j) {
+    return j["ram_hits"].get<uint64_t>() + j["ssd_hits"].get<uint64_t>() +
+           j["misses"].get<uint64_t>();
+  };
+  auto s = m->Stats();
+  ShuffledEpoch(names, seed++);
+  auto after = m->Stats();
+  if (after["access_paused"] == 1) {
+    EXPECT_EQ(after["access_opens"], s["access_opens"]) << after.dump();  // no events
+    EXPECT_EQ(file_reads(after), file_reads(s)) << after.dump();
+  } else {
+    // The kernel let some pages go meanwhile (a busy machine): their READs resumed it.
+    EXPECT_GT(file_reads(after), file_reads(s)) << after.dump();
+    ASSERT_TRUE(epochs_until_paused()) << m->Stats().dump();
+  }
+
+  std::map<std::string, std::string> changed;
+  changed[names[5]] = RandomBytes(kSize + 100, 700'005);
+  WriteFile(src_ / names[5], changed[names[5]]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
+  ShuffledEpoch(names, 31, changed);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  s = m->Stats();
+  EXPECT_EQ(s["access_paused"], 0) << s.dump();  // the changed file's READ resumed it
+  ShuffledEpoch(names, 32, changed);
+  EXPECT_GE(WaitFor(*m, "access_opens", s["access_opens"].get<uint64_t>() + 250),
+            s["access_opens"].get<uint64_t>() + 250)
+      << m->Stats().dump();
+}
+
 INSTANTIATE_TEST_SUITE_P(Consistency, PushTest, ::testing::Values("notify", "open"));
 
 
