@@ -178,9 +178,7 @@ class InodeTable {
   // and no longer once the mount dropped its pages (an invalidation, an open without
   // keep_cache, a change through the mount). What the kernel's own reclaim takes is not
   // seen; the table believes in at most `budget` bytes, those delivered last (a clock
-  // of bytes delivered: a file is held while less than `budget` bytes came after it),
-  // and a READ of a file believed held voids the belief in it and in every file
-  // delivered before it (the kernel reclaims the least recently used first).
+  // of bytes delivered: a file is held while less than `budget` bytes came after it).
   // A wrong "held" costs one demand READ, never a wrong byte: nothing is served from
   // this belief. `count_reads` false (a memory limit, where the pages a READ fills are
   // the first the kernel reclaims): only pushes, whose pages the RAM tier charges and
@@ -249,12 +247,6 @@ class InodeTable {
   std::atomic<uint64_t> residency_budget_{0};  // 0: no belief at all
   std::atomic<bool> residency_counts_reads_{false};
   std::atomic<uint64_t> delivered_bytes_{0};  // the delivery clock (SetKernelResidency)
-  // Beliefs recorded at or before this point of the clock (plus one) are void: a READ
-  // showed the kernel reclaimed a file delivered then (NoteKernelRead).
-  std::atomic<uint64_t> residency_void_to_{0};
-  // A READ of a file believed held voids the older beliefs only once this much was
-  // delivered after it (NoteKernelRead): more than readahead has in flight.
-  static constexpr uint64_t kVoidAfterBytes = 64ull << 20;
 
   mutable Mutex mutex_;
   std::shared_ptr<Inode> root_;

@@ -87,32 +87,6 @@ TEST(InodeTable, OnlyTheLastBudgetOfDeliveredBytesIsBelievedHeld) {
   EXPECT_FALSE(table.KernelHoldsWhole(*big));
 }
 
-TEST(InodeTable, AReadOfAFileBelievedHeldVoidsEveryOlderBelief) {
-  constexpr uint64_t kMiB = 1 << 20;
-  InodeTable table = MakeTable();
-  table.SetKernelResidency(/*budget=*/1000 * kMiB, /*count_reads=*/true);
-  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
-  auto b = table.Remember(table.root(), "b", FakeStat(1, 101, S_IFREG), UniqueFd());
-  auto c = table.Remember(table.root(), "c", FakeStat(1, 102, S_IFREG), UniqueFd());
-  auto d = table.Remember(table.root(), "d", FakeStat(1, 103, S_IFREG), UniqueFd());
-  table.NoteKernelRead(*a, 0, 100 * kMiB, 100 * kMiB);
-  table.NoteKernelRead(*b, 0, 100 * kMiB, 100 * kMiB);
-  table.NoteKernelRead(*c, 0, 100 * kMiB, 100 * kMiB);
-  table.NoteKernelHoldsWhole(*d, kMiB);  // a push, just now
-  // A READ of d right after its push was asked before the push landed: d alone.
-  table.NoteKernelRead(*d, 0, kMiB / 2, kMiB);
-  EXPECT_TRUE(table.KernelHoldsWhole(*c));
-  // The kernel reclaimed b (say, its page cache was dropped): a READ of it comes.
-  table.NoteKernelRead(*b, 0, 50 * kMiB, 100 * kMiB);
-  EXPECT_FALSE(table.KernelHoldsWhole(*a));  // delivered before b: gone too, likely
-  EXPECT_FALSE(table.KernelHoldsWhole(*b));
-  EXPECT_TRUE(table.KernelHoldsWhole(*c));   // after b
-  table.NoteKernelRead(*b, 50 * kMiB, 50 * kMiB, 100 * kMiB);
-  EXPECT_TRUE(table.KernelHoldsWhole(*b));   // whole again, and believed
-  table.NoteKernelRead(*a, 0, 100 * kMiB, 100 * kMiB);
-  EXPECT_TRUE(table.KernelHoldsWhole(*a));
-}
-
 TEST(InodeTable, UnderAMemoryLimitOnlyPushesCount) {
   InodeTable table = MakeTable();
   table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/false);
