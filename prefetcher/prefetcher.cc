@@ -198,8 +198,8 @@ class PrefetcherImpl final : public Prefetcher {
   // Whether waking a worker for an access may find it something to do. Not in a
   // shuffled epoch whose remaining set is used up (a warm epoch: every file read, read
   // ahead or held by the kernel): only a new epoch or a file never seen brings work.
-  // Waking the workers for each batch of opens anyway cost a warm epoch a tenth of its
-  // speed in context switches on 2 cores.
+  // Waking the workers for each batch of opens anyway only spent context switches, on
+  // the 2 cores the readers need.
   bool MayHaveWorkLocked() const REQUIRES(mu_) {
     return !(PatternLocked() == Pattern::kShuffled && pack_order_epoch_ == epoch_ &&
              shuffled_next_ >= catalog_.size() && unpushed_.empty());
