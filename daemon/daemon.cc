@@ -469,8 +469,8 @@ void Daemon::StartPushing() {
   // Which files the kernel holds whole (fs/inode_table.h, residency). Under a memory
   // limit only pushed files count, within the RAM tier's budget that pays for them.
   // Without one the kernel keeps what READs and copies bring as long as memory lasts:
-  // believed for up to the machine's memory, since a READ of a file it reclaimed voids
-  // the older beliefs anyway. (Believed for --ram only, a data set larger than --ram
+  // believed for up to the machine's memory, since a READ of a file it reclaimed ends
+  // the belief in that file. (Believed for --ram only, a data set larger than --ram
   // that fits in memory would be pushed again, all but --ram of it, every epoch.)
   const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                             static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));

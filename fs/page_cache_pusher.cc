@@ -91,9 +91,9 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
   // would cost at every epoch.
   if (!(one_copy_ ? cache_->HoldsInRam(file) : cache_->CopyPending(file))) {
     // Copied, and no READ reached the daemon since (a READ marks the copy lost): the
-    // kernel holds it, as far as anyone can tell. Believed again, readahead passes it
-    // over from now on instead of coming back to it every epoch (after a READ of
-    // another file voided the older beliefs: InodeTable::NoteKernelRead).
+    // kernel holds it, as far as anyone can tell. Believed again (the belief may have
+    // aged out of the residency budget), readahead passes it over from now on instead
+    // of coming back to it every epoch.
     if (!one_copy_ && cache_->HoldsInRam(file)) inodes_->NoteKernelHoldsWhole(*node, file.size);
     return PushResult::kRefused;
   }

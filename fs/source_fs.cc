@@ -79,15 +79,6 @@ Result<struct ::stat> StatFd(int fd) {
   return st;
 }
 
-// Tells the prefetcher about a demand read, before the cache serves it.
-void NoteDemandRead(prefetch::Prefetcher* prefetcher, const SourceFs& fs, const Inode& inode,
-                    uint64_t offset) {
-  if (prefetcher == nullptr) return;
-  // The path only matters for a file's first read (offset 0): skip the walk otherwise.
-  prefetcher->OnRead(prefetch::FileKey{inode.dev, inode.ino},
-                     offset == 0 ? fs.RelativePath(inode) : std::string(), offset);
-}
-
 uint64_t FdLimit() {
   struct rlimit lim {};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1u << 21;
@@ -609,10 +600,18 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   return std::make_pair(Entry{inode->nodeid, *st}, std::move(open));
 }
 
+void SourceFs::NoteDemandRead(const Inode& inode, uint64_t offset) {
+  // With the access watcher seeing opens, a READ is no access of its own (it would
+  // count twice), unless the watcher is paused.
+  if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead()) return;
+  if (prefetcher_ == nullptr) return;
+  // The path only matters for a file's first read (offset 0): skip the walk otherwise.
+  prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino},
+                      offset == 0 ? RelativePath(inode) : std::string(), offset);
+}
+
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
-  if (AccessWatcher* access = access_.load(); access == nullptr || access->OnDemandRead()) {
-    NoteDemandRead(prefetcher_, *this, *fh.inode(), offset);
-  }
+  NoteDemandRead(*fh.inode(), offset);
   auto fd = fh.Fd();
   if (!fd.ok()) return fd.status();
   // The kernel's page cache is one per file, shared by every open: a read for an
@@ -732,9 +731,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   const auto seen = InodeTable::Observe(**inode);
   auto opened = ReopenNode(**inode, O_RDONLY);
   if (!opened.ok()) return opened.status();
-  if (AccessWatcher* access = access_.load(); access == nullptr || access->OnDemandRead()) {
-    NoteDemandRead(prefetcher_, *this, **inode, offset);
-  }
+  NoteDemandRead(**inode, offset);
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
   if (data.ok()) {
     CheckKernelCache(**inode, opened->second, seen);

@@ -224,6 +224,9 @@ class SourceFs {
   bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,
                               const struct ::stat& st) const;
   Status RefuseIfReadOnly(const char* what) const;
+  // A demand READ of `inode` reached the daemon: tells the access watcher, and the
+  // prefetcher unless the watcher sees the file's open. Before the cache serves it.
+  void NoteDemandRead(const Inode& inode, uint64_t offset);
   // Opens a non-directory node's source file by its current name with `flags`, checked
   // to be the node's (kStale otherwise).
   Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenNode(const Inode& inode, int flags);

@@ -217,9 +217,12 @@ class PrefetcherImpl final : public Prefetcher {
   bool InKernelLocked(const FileKey& key) REQUIRES(mu_) {
     KernelPages* pages = kernel_pages_.load();
     if (pages == nullptr || !pages->HoldsWhole(key.dev, key.ino)) return false;
-    prefetched_.insert(key);
-    ++prefetch_in_kernel_;
+    PassOverLocked(key);
     return true;
+  }
+  // Handles a file the kernel holds whole for this epoch, without reading it ahead.
+  void PassOverLocked(const FileKey& key) REQUIRES(mu_) {
+    if (prefetched_.insert(key).second) ++prefetch_in_kernel_;
   }
   // Whether the policy would refuse `key` once the prefetches in flight have landed
   // (each takes one place): fetching it now would only waste source IO.
@@ -679,10 +682,7 @@ void PrefetcherImpl::EndPackOrderLocked(uint64_t epoch, PackOrdered ordered) {
   if (epoch_ != epoch) return;  // a new epoch began meanwhile; the next worker redoes it
   // Held whole a moment ago: handled for this epoch without asking again one by one.
   for (uint32_t i : ordered.held) {
-    const FileKey& key = catalog_[i].first;
-    if (HandledLocked(key)) continue;
-    prefetched_.insert(key);
-    ++prefetch_in_kernel_;
+    if (!HandledLocked(catalog_[i].first)) PassOverLocked(catalog_[i].first);
   }
   pack_order_ = std::move(ordered.order);
   pack_order_epoch_ = epoch;
@@ -837,12 +837,9 @@ void PrefetcherImpl::Work(uint32_t index) {
       MutexLock lock(mu_);
       --inflight_;
       // The pacer may have deepened the queue: workers beyond the old depth wake.
-      if (const uint32_t depth = DepthLocked(); depth > notified_depth_) {
-        notified_depth_ = depth;
-        cv_.notify_all();
-      } else {
-        notified_depth_ = depth;
-      }
+      const uint32_t depth = DepthLocked();
+      if (depth > notified_depth_) cv_.notify_all();
+      notified_depth_ = depth;
     }
   }
 }
