@@ -9,6 +9,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <set>
 #include <system_error>
@@ -80,6 +81,8 @@ SsdTier::~SsdTier() {
   work_cv_.notify_all();
   space_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  MutexLock lock(stream_mu_);
+  for (const auto& [len, buffer] : run_buffers_) ::munmap(buffer, len);
 }
 
 // ---------------------------------------------------------------------------------
@@ -362,30 +365,49 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
   return std::move(bytes).value();
 }
 
-namespace {
-
-// A run buffer for O_DIRECT reads, mapped straight from the kernel (page-aligned) and
-// unmapped when done: multi-MiB buffers from malloc would raise its mmap threshold and
-// leave the daemon's RSS holding freed memory in its arenas.
-class RunBuffer {
+// A buffer for one run's O_DIRECT read, mapped straight from the kernel (page-aligned;
+// multi-MiB buffers from malloc would raise its mmap threshold and leave the daemon's
+// RSS holding freed memory in its arenas). Its size is the run's, rounded up to a power
+// of two (at least 256 KiB), so that a buffer given back to the tier's pool fits the
+// runs that follow: most runs of a shuffled epoch are one entry each.
+class SsdTier::RunBuffer {
  public:
-  explicit RunBuffer(size_t len) : len_(len) {
-    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  RunBuffer(SsdTier& tier, size_t len) : tier_(tier), len_(std::bit_ceil(std::max<size_t>(len, kMinLen))) {
+    {
+      MutexLock lock(tier_.stream_mu_);
+      auto it = tier_.run_buffers_.find(len_);
+      if (it != tier_.run_buffers_.end()) {
+        data_ = it->second;
+        tier_.run_buffers_.erase(it);
+        tier_.run_buffers_bytes_ -= len_;
+        return;
+      }
+    }
+    void* p = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
   }
   ~RunBuffer() {
-    if (data_ != nullptr) ::munmap(data_, len_);
+    if (data_ == nullptr) return;
+    {
+      MutexLock lock(tier_.stream_mu_);
+      if (tier_.run_buffers_bytes_ + len_ <= tier_.options_.stream_buffer_bytes) {
+        tier_.run_buffers_.emplace(len_, data_);
+        tier_.run_buffers_bytes_ += len_;
+        return;
+      }
+    }
+    ::munmap(data_, len_);
   }
   RunBuffer(const RunBuffer&) = delete;
   RunBuffer& operator=(const RunBuffer&) = delete;
   char* get() const { return data_; }
 
  private:
+  static constexpr size_t kMinLen = 256u << 10;
+  SsdTier& tier_;
+  const size_t len_;
   char* data_ = nullptr;
-  size_t len_;
 };
-
-}  // namespace
 
 // Holds `bytes` of the tier's stream buffer budget for a scope (waiting for them).
 class SsdTier::StreamBuffers {
@@ -492,7 +514,7 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
         continue;
       }
       run.reader = *reader;
-      run.buffer = std::make_unique<RunBuffer>(run.end - run.start);
+      run.buffer = std::make_unique<RunBuffer>(*this, run.end - run.start);
       if (run.buffer->get() == nullptr) continue;  // out of memory: leave these to demand reads
       const int fd = run.reader->direct_fd() >= 0 ? run.reader->direct_fd() : run.reader->fd();
       ReadOp op;
