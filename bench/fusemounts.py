@@ -28,7 +28,7 @@ EPOCHFS_STATUS_KEYS = ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "
                        # what readahead and pushing did (kept in the JSON for diagnosis)
                        "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel",
                        "pushed_files", "push_not_known", "push_refused", "kernel_page_drops",
-                       "access_opens")
+                       "read_pages_moved", "read_pages_dropped", "access_opens")
 
 
 class MountError(Exception):
@@ -233,7 +233,8 @@ def status_delta(before: dict | None, after: dict | None) -> dict | None:
     out: dict = {}
     for key in ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses", "corrupt_entries",
                 "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel", "pushed_files",
-                "push_not_known", "push_refused", "kernel_page_drops", "access_opens"):
+                "push_not_known", "push_refused", "kernel_page_drops", "read_pages_moved",
+                "read_pages_dropped", "access_opens"):
         if isinstance(after.get(key), (int, float)) and isinstance(before.get(key), (int, float)):
             out[key] = after[key] - before[key]
     if "corrupt_entries" in after:

@@ -111,22 +111,39 @@ bool RamTier::Contains(const ChunkKey& key) const {
 }
 
 std::optional<ChunkBytes> RamTier::TakeForKernel(const ChunkKey& key, const SourceIdentity& id) {
-  MutexLock lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.id != id || it->second.in_kernel()) return std::nullopt;
-  Entry& entry = it->second;
-  const uint64_t before = entry.charge();
-  ChunkBytes bytes = std::move(entry.bytes);
-  entry.bytes = ChunkBytes{};
-  entry.kernel_size = bytes.size;
-  const uint64_t after = entry.charge();
-  bytes_ = bytes_ - before + after;
-  kernel_bytes_ += after;
-  ++kernel_entries_;
-  // The policy keeps the entry's rank; only its size changes.
-  policy_->OnErase(key);
-  policy_->OnInsert(key, after);
-  return bytes;
+  Released released;  // freed and reported after the lock is dropped
+  std::optional<ChunkBytes> taken;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.id != id || it->second.in_kernel()) return std::nullopt;
+    const uint64_t before = it->second.charge();
+    const uint64_t after = KernelCharge(it->second.bytes.size);
+    // Pages round up: a kernel entry may be charged more than the bytes it replaces
+    // (a streamed entry owns exactly its size). Room is made as for an insert, but
+    // never by evicting this entry: then it stays as it is.
+    while (bytes_ - before + after > budget_) {
+      std::optional<ChunkKey> victim = policy_->Victim();
+      auto v = victim && *victim != key ? entries_.find(*victim) : entries_.end();
+      if (v == entries_.end()) break;
+      EraseLocked(v, &released);
+      ++evictions_;
+    }
+    if (bytes_ - before + after <= budget_) {
+      Entry& entry = it->second;
+      taken = std::move(entry.bytes);
+      entry.bytes = ChunkBytes{};
+      entry.kernel_size = taken->size;
+      bytes_ = bytes_ - before + after;
+      kernel_bytes_ += after;
+      ++kernel_entries_;
+      // The policy keeps the entry's rank; only its size changes.
+      policy_->OnErase(key);
+      policy_->OnInsert(key, after);
+    }
+  }
+  Finish(released);
+  return taken;
 }
 
 std::optional<ChunkBytes> RamTier::TakeCopyForKernel(const ChunkKey& key,

@@ -148,6 +148,30 @@ TEST(RamTierTest, KernelEntriesAreChargedAsPagesAndDroppedWhenTheyLeave) {
   EXPECT_EQ(dropped, (std::vector<uint64_t>{1, 2, 3}));
 }
 
+// A kernel entry is charged whole pages, more than the bytes it replaces: moving an
+// entry into the kernel makes room as an insert would (the oldest entry goes, its
+// pages dropped), and when nothing but the entry itself could go, it stays in RAM.
+TEST(RamTierTest, MovingIntoTheKernelNeverTakesTheTierPastItsBudget) {
+  std::vector<uint64_t> dropped;
+  const uint64_t budget = 2 * RamTier::Charge(Bytes(5000)) + RamTier::Charge(Bytes(1000));
+  RamTier tier(budget, NewLruPolicy(), [&](uint64_t, uint64_t ino) { dropped.push_back(ino); });
+  ASSERT_TRUE(tier.Insert(Key(1), Id(1), Bytes(5000)));
+  ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(5000)));
+  ASSERT_TRUE(tier.Insert(Key(3), Id(3), Bytes(1000)));
+  ASSERT_GT(RamTier::KernelCharge(5000), RamTier::Charge(Bytes(5000)));
+  ASSERT_TRUE(tier.TakeForKernel(Key(2), Id(2)));  // 1, the least recent, makes room
+  EXPECT_LE(tier.GetStats().bytes, budget);
+  EXPECT_FALSE(tier.Contains(Key(1)));
+  EXPECT_TRUE(tier.HoldsKernelEntry(Key(2), Id(2)));
+  // Alone in a tier of its own size, an entry has nothing to make room with.
+  RamTier small(RamTier::Charge(Bytes(5000)), NewLruPolicy(), [](uint64_t, uint64_t) {});
+  ASSERT_TRUE(small.Insert(Key(1), Id(1), Bytes(5000)));
+  EXPECT_FALSE(small.TakeForKernel(Key(1), Id(1)));
+  EXPECT_TRUE(small.HoldsBytes(Key(1), Id(1)));
+  EXPECT_LE(small.GetStats().bytes, RamTier::Charge(Bytes(5000)));
+  EXPECT_TRUE(dropped.empty());  // 1 was an entry with bytes: no pages to drop
+}
+
 // A read that reaches the daemon for a moved chunk means the kernel lost its pages: the
 // kernel entry is forgotten without a drop, and the read's fill replaces it.
 TEST(RamTierTest, AKernelEntryMissesAndIsForgottenWithoutADrop) {

@@ -433,6 +433,7 @@ Status Daemon::Start() {
   if (pusher_) {
     detach_pusher_.Set([this] {
       prefetcher_->AttachKernelPages(nullptr);
+      fs_->AttachPusher(nullptr);
       pusher_->Detach();
     });
   }
@@ -479,6 +480,7 @@ void Daemon::StartPushing() {
                                    /*count_reads=*/!limited);
   pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
   prefetcher_->AttachKernelPages(pusher_.get());
+  fs_->AttachPusher(pusher_.get());
 }
 
 void Daemon::StartStatsSocket() {

@@ -140,7 +140,7 @@ void InodeTable::SetKernelResidency(uint64_t budget, bool count_reads) {
   residency_counts_reads_.store(count_reads);
 }
 
-void InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
+bool InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
                                 uint64_t file_size) {
   // A READ means the kernel lacks that page: whatever it held of the file, it is not the
   // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
@@ -151,7 +151,6 @@ void InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
   // costs its file one demand READ; the all-in-RAM rows of bigdata_bench measured the
   // same either way.
   inode.kernel_whole_at.store(0, std::memory_order_relaxed);
-  if (!residency_counts_reads_.load(std::memory_order_relaxed)) return;
   // Coverage grows from the start, one READ after the other. Anything else (the
   // kernel's async readahead replied out of order, or a page already covered asked for
   // again: reclaimed) leaves the file "not known whole" until it is read from 0 again.
@@ -160,7 +159,13 @@ void InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
   do {
     next = offset == 0 ? bytes : offset == to ? to + bytes : 0;
   } while (!inode.kernel_read_to.compare_exchange_weak(to, next, std::memory_order_relaxed));
-  if (file_size != 0 && next >= file_size) NoteKernelHoldsWhole(inode, file_size);
+  // Only the READ that completed the file says so: a later READ of a page already
+  // covered (the kernel lost it) starts over.
+  const bool completed = file_size != 0 && next >= file_size && (offset == 0 || to < file_size);
+  if (completed && residency_counts_reads_.load(std::memory_order_relaxed)) {
+    NoteKernelHoldsWhole(inode, file_size);
+  }
+  return completed;
 }
 
 void InodeTable::NoteKernelHoldsWhole(Inode& inode, uint64_t file_size) {

@@ -185,7 +185,9 @@ class InodeTable {
   // drops itself, count.
   void SetKernelResidency(uint64_t budget, bool count_reads);
   // A READ of `inode` at `offset` was answered with `bytes` of a file of `file_size`.
-  void NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes, uint64_t file_size);
+  // Returns whether READ replies have now covered the whole file, in order from 0 (the
+  // kernel's page cache got all of it), whether or not reads count as held.
+  bool NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes, uint64_t file_size);
   // A push stored the whole file (`file_size` bytes) in the kernel's page cache.
   void NoteKernelHoldsWhole(Inode& inode, uint64_t file_size);
   // The kernel's pages of `inode` were dropped, or may have been.

@@ -48,17 +48,18 @@ TEST(InodeTable, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
   InodeTable table = MakeTable();
   table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/true);
   auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
-  table.NoteKernelRead(*a, 128, 72, 200);  // out of order: not counted
+  EXPECT_FALSE(table.NoteKernelRead(*a, 128, 72, 200));  // out of order: not counted
   EXPECT_FALSE(table.KernelHoldsWhole(*a));
-  table.NoteKernelRead(*a, 0, 128, 200);
+  EXPECT_FALSE(table.NoteKernelRead(*a, 0, 128, 200));
   EXPECT_FALSE(table.KernelHoldsWhole(*a));
-  table.NoteKernelRead(*a, 128, 72, 200);
+  EXPECT_TRUE(table.NoteKernelRead(*a, 128, 72, 200));
   EXPECT_TRUE(table.KernelHoldsWhole(*a));
   // Another READ: the kernel lacks that page now (reclaimed); read again from 0, whole.
-  table.NoteKernelRead(*a, 128, 72, 200);
+  EXPECT_FALSE(table.NoteKernelRead(*a, 128, 72, 200));
   EXPECT_FALSE(table.KernelHoldsWhole(*a));
-  table.NoteKernelRead(*a, 0, 200, 200);
+  EXPECT_TRUE(table.NoteKernelRead(*a, 0, 200, 200));
   EXPECT_TRUE(table.KernelHoldsWhole(*a));
+  EXPECT_TRUE(table.NoteKernelRead(*a, 0, 200, 200));  // lost and read whole once more
   // Dropped (an invalidation, an open without keep_cache, a change through the mount).
   InodeTable::NoteKernelDropped(*a);
   EXPECT_FALSE(table.KernelHoldsWhole(*a));
@@ -91,7 +92,9 @@ TEST(InodeTable, UnderAMemoryLimitOnlyPushesCount) {
   InodeTable table = MakeTable();
   table.SetKernelResidency(/*budget=*/1000, /*count_reads=*/false);
   auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
-  table.NoteKernelRead(*a, 0, 100, 100);
+  // The READ that completes a file says so (the caller may hand its bytes to the
+  // kernel then), though reads do not count as held here.
+  EXPECT_TRUE(table.NoteKernelRead(*a, 0, 100, 100));
   EXPECT_FALSE(table.KernelHoldsWhole(*a));
   table.NoteKernelHoldsWhole(*a, 100);
   EXPECT_TRUE(table.KernelHoldsWhole(*a));

@@ -10,6 +10,13 @@
 
 namespace epochfs::fs {
 
+namespace {
+// How long after the READ that completed a file its pages are dropped: long enough for
+// the reader to copy them (a drop before would cost it the READ again), short enough
+// that a few milliseconds of reads is all the kernel holds on top of --ram.
+constexpr auto kReadDropDelay = std::chrono::milliseconds(10);
+}  // namespace
+
 PageCachePusher::PageCachePusher(bool one_copy)
     : one_copy_(one_copy), drop_thread_([this] { RunDrops(); }) {}
 
@@ -163,15 +170,57 @@ void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
   drops_cv_.notify_one();
 }
 
+void PageCachePusher::AfterWholeRead(Inode& node, const cache::SourceIdentity& file) {
+  if (!one_copy_ || node.is_dir) return;
+  {
+    std::shared_lock attached(attach_mu_);
+    if (session_ == nullptr) return;
+    // Nothing is stored: the READ's reply put the bytes there.
+    const cache::Cache::KernelStore already_there = [](uint64_t, std::span<const char>) {
+      return true;
+    };
+    if (cache_->MoveToKernel(file, already_there)) {
+      inodes_->NoteKernelHoldsWhole(node, file.size);
+      reads_moved_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  {
+    MutexLock lock(drops_mu_);
+    read_drops_.push_back(
+        ReadDrop{file.dev, file.ino, std::chrono::steady_clock::now() + kReadDropDelay});
+  }
+  drops_cv_.notify_one();
+}
+
 void PageCachePusher::RunDrops() {
   std::vector<std::pair<uint64_t, uint64_t>> batch;
+  size_t from_reads = 0;
   while (true) {
     {
       MutexLock lock(drops_mu_);
-      while (!stop_ && drops_.empty()) lock.Wait(drops_cv_);
-      if (stop_) return;
-      batch.swap(drops_);
+      while (true) {
+        if (stop_) return;
+        const auto now = std::chrono::steady_clock::now();
+        while (!read_drops_.empty() && read_drops_.front().due <= now) {
+          batch.emplace_back(read_drops_.front().dev, read_drops_.front().ino);
+          read_drops_.pop_front();
+          ++from_reads;
+        }
+        if (!drops_.empty()) {
+          batch.insert(batch.end(), drops_.begin(), drops_.end());
+          drops_.clear();
+        }
+        if (!batch.empty()) break;
+        if (read_drops_.empty()) {
+          lock.Wait(drops_cv_);
+        } else {
+          lock.WaitFor(drops_cv_, read_drops_.front().due - now);
+        }
+      }
     }
+    reads_dropped_.fetch_add(from_reads, std::memory_order_relaxed);
+    from_reads = 0;
     std::shared_lock attached(attach_mu_);
     if (session_ == nullptr) {
       batch.clear();
@@ -190,8 +239,9 @@ void PageCachePusher::RunDrops() {
 }
 
 PageCachePusher::Stats PageCachePusher::GetStats() const {
-  return Stats{pushed_files_.load(), pushed_bytes_.load(), not_known_.load(), refused_.load(),
-               store_errors_.load(), dropped_after_.load()};
+  return Stats{pushed_files_.load(), pushed_bytes_.load(), not_known_.load(),
+               refused_.load(),       store_errors_.load(), dropped_after_.load(),
+               reads_moved_.load(),   reads_dropped_.load()};
 }
 
 void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const CounterVisitor& visit) {
@@ -221,6 +271,18 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
                     "Pushes found stale right after the store, dropped at once.", kCounter}
             .Show({.row = "page cache pushes", .label = "dropped at once"}),
         s.dropped_after);
+  visit(CounterInfo{"read_pages_moved",
+                    "Files a READ brought whole into the kernel's page cache, then charged to "
+                    "the RAM tier like pushed ones (under a memory limit).",
+                    kCounter}
+            .Show({.row = "pages of READs", .label = "charged"}),
+        s.reads_moved);
+  visit(CounterInfo{"read_pages_dropped",
+                    "Files a READ brought whole into the kernel's page cache whose pages were "
+                    "dropped after the read (under a memory limit; the RAM tier did not keep them).",
+                    kCounter}
+            .Show({.row = "pages of READs", .label = "dropped"}),
+        s.reads_dropped);
 }
 
 }  // namespace epochfs::fs

@@ -624,7 +624,10 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   auto data = ReadToCurrentEnd(fd->get(), id, offset, size);
   if (data.ok()) {
     if (id != fh.identity()) fh.set_identity(id);
-    if (fh.reads_fill_page_cache()) inodes_.NoteKernelRead(*fh.inode(), offset, data->size, id.size);
+    if (fh.reads_fill_page_cache() &&
+        inodes_.NoteKernelRead(*fh.inode(), offset, data->size, id.size)) {
+      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(*fh.inode(), id);
+    }
   }
   return data;
 }
@@ -735,7 +738,9 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
   if (data.ok()) {
     CheckKernelCache(**inode, opened->second, seen);
-    inodes_.NoteKernelRead(**inode, offset, data->size, opened->second.size);
+    if (inodes_.NoteKernelRead(**inode, offset, data->size, opened->second.size)) {
+      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(**inode, opened->second);
+    }
   }
   return data;
 }

@@ -35,6 +35,7 @@
 #include "base/unique_fd.h"
 #include "cache/cache.h"
 #include "fs/access_watcher.h"
+#include "fs/page_cache_pusher.h"
 #include "fs/change_watcher.h"
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"
@@ -209,6 +210,10 @@ class SourceFs {
   // reads again. Detach before `access` goes.
   void AttachAccessWatcher(AccessWatcher* access);
   const AccessWatcher* access_watcher() const { return access_.load(); }
+  // From now on a READ that completes a file tells `pusher` (PageCachePusher::
+  // AfterWholeRead: under a memory limit its pages are charged or dropped); null: no
+  // more. Detach before `pusher` goes.
+  void AttachPusher(PageCachePusher* pusher) { pusher_.store(pusher); }
 
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
@@ -268,6 +273,7 @@ class SourceFs {
   const bool running_as_root_;
   std::atomic<ChangeWatcher*> watcher_{nullptr};  // AttachKernel
   std::atomic<AccessWatcher*> access_{nullptr};   // AttachAccessWatcher
+  std::atomic<PageCachePusher*> pusher_{nullptr};  // AttachPusher
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<uint64_t> open_relookups_{0};

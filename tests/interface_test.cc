@@ -494,6 +494,8 @@ const std::vector<std::string> kStatsKeys = {
     "ram_hits",
     "ram_tier_budget_bytes",
     "read_only",
+    "read_pages_dropped",
+    "read_pages_moved",
     "readahead_window",
     "request_errors",
     "requests.create",

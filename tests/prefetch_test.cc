@@ -737,6 +737,52 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
       << "daemon " << pid << " still running after unmount";
 }
 
+// Under a memory limit the pages READs bring are one budget with the pushed ones: a
+// file a READ delivered whole is charged to the RAM tier as a kernel entry (and dropped
+// when the epoch policy lets it go) or, when the tier does not keep it, dropped a
+// moment after the read. So however much is read, what the kernel holds of the files
+// stays within the tier's budget, where its LRU would keep all 48 MB (this reader is
+// outside the group). The reader never lists, so the kernel knows no file before it
+// opens it and nearly every file comes by READ.
+TEST_P(PushTest, UnderAMemoryLimitPagesOfReadsAreChargedOrDropped) {
+  MemoryCgroup group(1ull << 30);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
+  const auto names = FillAndUnmount(1000, {"--ram", "48M"});  // 48 MB of files
+  const CommandResult mounted = epochfs::testing::Run(
+      {"sh", "-c", group.Enter() + EPOCHFS_BINARY + " mount " + src_.string() + " " +
+                       mnt_.string() + " --cache-dir " + cache_.string() + " --ram 48M" +
+                       " --consistency " + GetParam()});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  UnmountOnExit unmount(mnt_);
+  const auto stats = [&] {
+    return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
+  };
+  auto s = stats();
+  const uint64_t budget = s["ram_tier_budget_bytes"].get<uint64_t>();
+  ASSERT_LT(budget, 40u << 20) << s.dump();
+  auto order = names;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(9));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int n = std::stoi(order[i].substr(order[i].find('f') + 1, 5));
+    ASSERT_EQ(ReadFile(mnt_ / order[i]), RandomBytes(kSize, n)) << order[i];
+    if (i % 100 == 50) ASSERT_LE(stats()["ram_bytes"].get<uint64_t>(), budget);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the drops come due
+  s = stats();
+  const uint64_t moved = s["read_pages_moved"].get<uint64_t>();
+  const uint64_t dropped = s["read_pages_dropped"].get<uint64_t>();
+  EXPECT_GE(moved + dropped, 500u) << s.dump();
+  EXPECT_GT(dropped, 0u) << s.dump();  // 48 MB do not fit: the tier keeps some only
+  EXPECT_LE(s["kernel_page_bytes"].get<uint64_t>(), budget) << s.dump();
+  // Seen from the files (mincore, which reads nothing): the walk's opens are accesses,
+  // which may push files meanwhile; what it counts is within the budget or pushed since.
+  const uint64_t pushed_before = stats()["pushed_bytes"].get<uint64_t>();
+  const uint64_t resident = ResidentBytes(names);
+  const uint64_t pushed_during = stats()["pushed_bytes"].get<uint64_t>() - pushed_before;
+  EXPECT_LE(resident, budget + pushed_during + (4u << 20)) << s.dump();
+  EXPECT_EQ(group.OomKills(), 0u);
+}
+
 // A warm epoch costs the daemon no readahead: every file's pages are in the kernel
 // (pushed, or filled by READs), so readahead passes over them (prefetch_in_kernel)
 // instead of statting each on the source and pushing bytes the kernel has. A file
