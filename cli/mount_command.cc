@@ -168,7 +168,14 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
     return Refuse(fmt::format("{} is served by a live daemon{}; not unmounting it",
                               mountpoint.string(), pid > 0 ? fmt::format(" (pid {})", pid) : ""));
   }
-  if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) < 0) {
+  // EBUSY for a moment is the daemon's own listing at mount (fs/kernel_listing.h holds
+  // one folder open at a time): asked again for a second before calling the mount busy.
+  int unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
+  for (int retry = 0; unmounted < 0 && errno == EBUSY && retry < 50; ++retry) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
+  }
+  if (unmounted < 0) {
     if (errno == EBUSY) {
       return Refuse(fmt::format("{} is busy (files are open on it); close them, or use --lazy",
                                 mountpoint.string()));

@@ -432,6 +432,7 @@ Status Daemon::Start() {
   detach_kernel_.Set([this] { core_->AttachKernel(nullptr, nullptr); });
   if (pusher_) {
     detach_pusher_.Set([this] {
+      if (listing_) listing_->Stop();
       prefetcher_->AttachKernelPages(nullptr);
       fs_->AttachPusher(nullptr);
       pusher_->Detach();
@@ -481,6 +482,15 @@ void Daemon::StartPushing() {
   pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
   prefetcher_->AttachKernelPages(pusher_.get());
   fs_->AttachPusher(pusher_.get());
+  // After a restart: a reader that never lists (it opens files by path from a list of
+  // its own) gives the kernel no inode to push into before each open. The recorded
+  // folders are listed for it, up to as many files as the RAM tier could hold at once
+  // (a kernel entry is charged a page at least), and 100,000 in any case.
+  if (std::vector<std::string> paths = prefetcher_->KnownPaths(); !paths.empty()) {
+    listing_ = std::make_unique<fs::KernelListing>(
+        options_.mountpoint, fs::KernelListing::FoldersOf(paths),
+        std::max<uint64_t>(100'000, memory_.ram_tier / 4096));
+  }
 }
 
 void Daemon::StartStatsSocket() {

@@ -35,6 +35,7 @@
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/kernel_listing.h"
 #include "fs/page_cache_pusher.h"
 #include "fs/plan_file.h"
 #include "fs/root_source_tree.h"
@@ -149,6 +150,11 @@ class Daemon {
   // known, which is after the session is (the watcher notifies through it); declared
   // before the session all the same, so that it outlives it.
   std::unique_ptr<fs::Filesystem> core_;
+  // After a restart, lists the recorded folders through the mount so that pushes can
+  // start before a reader that never lists opens the files (fs/kernel_listing.h).
+  // Stopped with the pushing, destroyed after the session: a READDIRPLUS of its own in
+  // flight then ends with the connection.
+  std::unique_ptr<fs::KernelListing> listing_;
   FuseSession session_;
   std::unique_ptr<fs::KernelInvalidator> invalidator_;
   // Notifies through the session: stopped before it.

@@ -1,5 +1,6 @@
 #include "fs/inode_table.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -93,6 +94,16 @@ std::shared_ptr<Inode> InodeTable::Forget(uint64_t nodeid, uint64_t n) {
   auto dev_it = by_devino_.find({inode.dev, inode.ino});
   if (dev_it != by_devino_.end() && dev_it->second == nodeid) by_devino_.erase(dev_it);
   if (!inode.is_dir && inode.path_fd) file_fds_--;
+  if (!inode.is_dir && inode.path_fd && pin_forgotten_.load(std::memory_order_relaxed) &&
+      pins_.count({inode.dev, inode.ino}) == 0 && pins_.size() + 1 <= max_file_fds_ / 4 * 3 &&
+      file_fds_ < max_file_fds_) {
+    // The node's own fd may still be used by whoever holds the Inode: a copy is pinned.
+    UniqueFd copy(::fcntl(inode.path_fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (copy) {
+      pins_.emplace(DevIno{inode.dev, inode.ino}, std::make_shared<const UniqueFd>(std::move(copy)));
+      file_fds_++;
+    }
+  }
   // Open file handles and children may still hold the Inode; it dies with the last one.
   std::shared_ptr<Inode> gone = std::move(it->second);
   by_nodeid_.erase(it);

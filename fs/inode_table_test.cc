@@ -363,6 +363,30 @@ TEST(InodeTable, PinsAreHeldUntilTheNodeExistsWithinTheBudget) {
   EXPECT_EQ(table.file_fds(), 2u);
 }
 
+// While the warm-up holds its pins, a file node the kernel forgets (it learnt it early,
+// from a listing, and dropped it under memory pressure) leaves a pin behind, so that
+// its next LOOKUP finds the metadata in memory; afterwards forgetting pins nothing.
+TEST(InodeTable, AForgottenNodeLeavesAPinWhileTheWarmUpHolds) {
+  UniqueFd root(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  InodeTable table(std::move(root), FakeStat(1, 2, S_IFDIR | 0755), /*max_file_fds=*/8);
+  auto fd = [] { return UniqueFd(::open("/tmp", O_PATH | O_CLOEXEC)); };
+  table.SetPinForgotten(true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 300, S_IFREG), fd());
+  auto no_fd = table.Remember(table.root(), "n", FakeStat(1, 301, S_IFREG), UniqueFd());
+  EXPECT_TRUE(table.Forget(a->nodeid, 1));
+  EXPECT_TRUE(table.Forget(no_fd->nodeid, 1));
+  EXPECT_EQ(table.pins(), 1u);  // a node without an fd has nothing to pin
+  EXPECT_TRUE(a->path_fd.valid()) << "the node keeps its own fd for whoever holds it";
+  EXPECT_EQ(table.file_fds(), 1u);
+  // Looked up again: the new node takes over, the pin goes.
+  auto again = table.Remember(table.root(), "a", FakeStat(1, 300, S_IFREG), fd());
+  EXPECT_EQ(table.pins(), 0u);
+  table.SetPinForgotten(false);
+  EXPECT_TRUE(table.Forget(again->nodeid, 1));
+  EXPECT_EQ(table.pins(), 0u);
+  EXPECT_EQ(table.file_fds(), 0u);
+}
+
 // A pinned file deleted underneath loses its pin at the next check: a pin must not
 // keep a deleted file's space.
 TEST(InodeTable, PinOfADeletedFileIsReleased) {

@@ -54,6 +54,7 @@ void MetadataWarmup::Walk() {
 
 void MetadataWarmup::Run() {
   const auto started = std::chrono::steady_clock::now();
+  table_.SetPinForgotten(true);
   {
     std::vector<std::thread> workers;
     for (size_t t = 0; t < std::max<size_t>(1, options_.threads); ++t) {
@@ -72,17 +73,19 @@ void MetadataWarmup::Run() {
   }
   cv_.notify_all();
 
+  // Held for max_hold even once every pin was taken by a LOOKUP: a node the kernel
+  // forgets meanwhile leaves a pin again (InodeTable::SetPinForgotten).
   const auto give_up = started + options_.max_hold;
   MutexLock lock(mu_);
   while (!stop_ && std::chrono::steady_clock::now() < give_up) {
     lock.WaitFor(cv_, options_.check_every);
     if (stop_) break;
     lock.Unlock();
-    const size_t left = table_.ReleasePins(/*all=*/false);
+    table_.ReleasePins(/*all=*/false);
     lock.Lock();
-    if (left == 0) break;
   }
   lock.Unlock();
+  table_.SetPinForgotten(false);
   table_.ReleasePins(/*all=*/true);
 }
 

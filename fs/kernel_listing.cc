@@ -1,0 +1,71 @@
+#include "fs/kernel_listing.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/unique_fd.h"
+#include "spdlog/spdlog.h"
+
+namespace epochfs::fs {
+
+KernelListing::KernelListing(std::filesystem::path mountpoint, std::vector<std::string> folders,
+                             uint64_t max_entries)
+    : mountpoint_(std::move(mountpoint)),
+      folders_(std::move(folders)),
+      max_entries_(max_entries),
+      thread_([this] { Run(); }) {}
+
+KernelListing::~KernelListing() {
+  Stop();
+  thread_.join();
+}
+
+std::vector<std::string> KernelListing::FoldersOf(const std::vector<std::string>& paths) {
+  std::vector<std::string> folders;
+  folders.reserve(paths.size() / 64 + 1);
+  for (const std::string& path : paths) {
+    const size_t slash = path.rfind('/');
+    folders.push_back(slash == std::string::npos ? std::string() : path.substr(0, slash));
+  }
+  std::sort(folders.begin(), folders.end());
+  folders.erase(std::unique(folders.begin(), folders.end()), folders.end());
+  return folders;
+}
+
+void KernelListing::Run() {
+  // getdents64 straight: readdir() would add nothing but a buffer of its own.
+  alignas(8) char buf[64 * 1024];
+  for (const std::string& folder : folders_) {
+    if (stop_.load(std::memory_order_relaxed) || entries_.load() >= max_entries_) break;
+    const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
+      // Gone since the record was written, or the mount is going: neither is an error.
+      spdlog::debug("kernel listing: open {}: {}", dir.string(), std::strerror(errno));
+      continue;
+    }
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
+      if (n <= 0) break;  // the end, or an error (the connection went): next folder
+      uint64_t seen = 0;
+      for (long at = 0; at < n;) {
+        const auto* entry = reinterpret_cast<const struct dirent64*>(buf + at);
+        at += entry->d_reclen;
+        ++seen;
+      }
+      entries_.fetch_add(seen, std::memory_order_relaxed);
+    }
+    folders_listed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  spdlog::info("listed {} recorded folders ({} entries) so that pushes can start before the first open", folders_listed_.load(),
+                entries_.load());
+  done_.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace epochfs::fs

@@ -1,0 +1,69 @@
+// KernelListing: after a restart, lists the folders of the files the last epoch read
+// through the mount itself, so that the kernel learns their inodes (READDIRPLUS) before
+// the reader opens them.
+//
+// Why: a push into the page cache needs the file's inode in the kernel's cache
+// (PageCachePusher; a store cannot create one). A reader that lists the data set first
+// (torchvision's DatasetFolder) gives the kernel every inode at once. One that never
+// lists (it opens files by path from a manifest, a CSV or an annotation file) gives it
+// none before each open, so after a restart nothing could be pushed ahead of it: every
+// file cost a LOOKUP and a READ. Listing is what the first kind of reader does anyway;
+// the kernel keeps the entries as long as its memory allows (one it reclaims sends a
+// FORGET, and that file is then read as before: nothing is served from the listing).
+//
+// The mount is over the source folder, so the daemon reaches it by path like any
+// reader, from a thread of its own (a FUSE worker answers each READDIRPLUS). One folder
+// at a time: while one is open a plain umount(2) fails with EBUSY (`epochfs umount`
+// retries for a moment).
+//
+// Thread-safety: construct, Stop() and destroy on one thread; the listing runs on a
+// thread of its own.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace epochfs::fs {
+
+class KernelListing {
+ public:
+  // Starts listing `folders` (relative to `mountpoint`, in this order) until every one
+  // was listed or `max_entries` entries were seen (each costs the kernel a dentry and an
+  // inode: about 1.5 KiB).
+  KernelListing(std::filesystem::path mountpoint, std::vector<std::string> folders,
+                uint64_t max_entries);
+  // Stops and joins. A listing blocked in a READDIRPLUS that no FUSE worker will answer
+  // any more returns once the session's connection is closed: destroy this after the
+  // session (Stop() before it ends).
+  ~KernelListing();
+  KernelListing(const KernelListing&) = delete;
+  KernelListing& operator=(const KernelListing&) = delete;
+
+  // No folder is opened after this; returns at once.
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+
+  bool done() const { return done_.load(std::memory_order_relaxed); }
+  uint64_t folders_listed() const { return folders_listed_.load(std::memory_order_relaxed); }
+  uint64_t entries() const { return entries_.load(std::memory_order_relaxed); }
+
+  // The distinct folders of `paths` (relative file paths; "" for the root), sorted.
+  static std::vector<std::string> FoldersOf(const std::vector<std::string>& paths);
+
+ private:
+  void Run();
+
+  const std::filesystem::path mountpoint_;
+  const std::vector<std::string> folders_;
+  const uint64_t max_entries_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+  std::atomic<uint64_t> folders_listed_{0};
+  std::atomic<uint64_t> entries_{0};
+  std::thread thread_;  // last: started when everything above is ready
+};
+
+}  // namespace epochfs::fs
