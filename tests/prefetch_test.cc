@@ -569,6 +569,14 @@ INSTANTIATE_TEST_SUITE_P(Consistency, StreamTest, ::testing::Values("notify", "o
 // stores their bytes in its page cache, where reading them sends no READ.
 class PushTest : public StreamTest {
  protected:
+  // Mounts with the daemon born inside `group` (a memory limit: one copy, pushed and
+  // READ pages charged to --ram `ram`).
+  CommandResult MountInside(const MemoryCgroup& group, const std::string& ram) {
+    return epochfs::testing::Run(
+        {"sh", "-c", group.Enter() + EPOCHFS_BINARY + " mount " + src_.string() + " " +
+                         mnt_.string() + " --cache-dir " + cache_.string() + " --ram " + ram +
+                         " --consistency " + GetParam()});
+  }
   // Lists every folder (READDIRPLUS: the kernel learns each file's inode).
   void ListAll() {
     for (const auto& dir : fsys::directory_iterator(mnt_)) {
@@ -712,15 +720,10 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   MemoryCgroup group(1ull << 30);
   if (!group.ok()) GTEST_SKIP() << group.why_not();
   const auto names = FillAndUnmount(1000, {"--ram", "48M"});  // 48 MB of files
-  const CommandResult mounted = epochfs::testing::Run(
-      {"sh", "-c", group.Enter() + EPOCHFS_BINARY + " mount " + src_.string() + " " +
-                       mnt_.string() + " --cache-dir " + cache_.string() + " --ram 48M" +
-                       " --consistency " + GetParam()});
+  const CommandResult mounted = MountInside(group, "48M");
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
   UnmountOnExit unmount(mnt_);
-  const auto stats = [&] {
-    return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
-  };
+  const auto stats = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
   ListAll();
   for (int i = 0; i < 200 && stats()["pushed_files"].get<uint64_t>() < 200; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -780,15 +783,10 @@ TEST_P(PushTest, UnderAMemoryLimitPagesOfReadsAreChargedOrDropped) {
   MemoryCgroup group(1ull << 30);
   if (!group.ok()) GTEST_SKIP() << group.why_not();
   const auto names = FillAndUnmount(1000, {"--ram", "48M"});  // 48 MB of files
-  const CommandResult mounted = epochfs::testing::Run(
-      {"sh", "-c", group.Enter() + EPOCHFS_BINARY + " mount " + src_.string() + " " +
-                       mnt_.string() + " --cache-dir " + cache_.string() + " --ram 48M" +
-                       " --consistency " + GetParam()});
+  const CommandResult mounted = MountInside(group, "48M");
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
   UnmountOnExit unmount(mnt_);
-  const auto stats = [&] {
-    return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
-  };
+  const auto stats = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
   auto s = stats();
   const uint64_t budget = s["ram_tier_budget_bytes"].get<uint64_t>();
   ASSERT_LT(budget, 40u << 20) << s.dump();
