@@ -505,6 +505,16 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::CheckNode(const Ino
 }
 
 Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
+  Result<OpenResult> opened = OpenChecked(nodeid, flags);
+  if (opened.ok() && (flags & O_ACCMODE) == O_RDONLY && prefetcher_ != nullptr &&
+      opens_are_accesses_.load(std::memory_order_relaxed)) {
+    const Inode& inode = *opened->handle->inode();
+    prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino}, RelativePath(inode), 0);
+  }
+  return opened;
+}
+
+Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   const int access = flags & O_ACCMODE;
   if (access != O_RDONLY || (flags & O_TRUNC)) {
     EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("open for writing"));
@@ -603,6 +613,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 void SourceFs::NoteDemandRead(const Inode& inode, uint64_t offset) {
   // With the access watcher seeing opens, a READ is no access of its own (it would
   // count twice), unless the watcher is paused.
+  if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
   if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead()) return;
   if (prefetcher_ == nullptr) return;
   // The path only matters for a file's first read (offset 0): skip the walk otherwise.

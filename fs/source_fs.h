@@ -123,6 +123,8 @@ class SourceFs {
   Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                 const std::string& new_name, unsigned int flags);
 
+  // With ReportOpensAsAccesses, a read-only open is reported to the prefetcher as the
+  // file's access (after the node's open_order lock is let go).
   Result<OpenResult> Open(uint64_t nodeid, int flags);
   Result<std::pair<Entry, OpenResult>> Create(uint64_t parent, const std::string& name,
                                               mode_t mode, int flags, Caller caller);
@@ -210,6 +212,11 @@ class SourceFs {
   // reads again. Detach before `access` goes.
   void AttachAccessWatcher(AccessWatcher* access);
   const AccessWatcher* access_watcher() const { return access_.load(); }
+  // From now on each read-only OPEN is the file's access for the prefetcher, and READs
+  // are not (each would count twice). For the "open" consistency mode, where every open
+  // of a file reaches the daemon anyway: the access watcher's fanotify events would
+  // only repeat the OPENs, at a cost in every reader's open() (docs/architecture.md).
+  void ReportOpensAsAccesses(bool report) { opens_are_accesses_.store(report); }
   // From now on a READ that completes a file tells `pusher` (PageCachePusher::
   // AfterWholeRead: under a memory limit its pages are charged or dropped); null: no
   // more. Detach before `pusher` goes.
@@ -218,6 +225,8 @@ class SourceFs {
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
            cache::Cache& cache, prefetch::Prefetcher* prefetcher);
+  // Open's work, under the node's open_order lock.
+  Result<OpenResult> OpenChecked(uint64_t nodeid, int flags);
 
   Result<std::shared_ptr<Inode>> FindInode(uint64_t nodeid) const;
   Result<std::shared_ptr<Inode>> FindDir(uint64_t nodeid) const;
@@ -274,6 +283,7 @@ class SourceFs {
   std::atomic<ChangeWatcher*> watcher_{nullptr};  // AttachKernel
   std::atomic<AccessWatcher*> access_{nullptr};   // AttachAccessWatcher
   std::atomic<PageCachePusher*> pusher_{nullptr};  // AttachPusher
+  std::atomic<bool> opens_are_accesses_{false};     // ReportOpensAsAccesses
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<uint64_t> open_relookups_{0};
