@@ -160,7 +160,8 @@ class Daemon {
   // Notifies through the session: stopped before it.
   std::unique_ptr<fs::ChangeWatcher> watcher_;
   // Opens seen through fanotify (fs/access_watcher.h): with pushed pages, most reads
-  // reach the daemon no more. Started once the mount answers, with the pushing.
+  // reach the daemon no more. Started once the mount answers, with the pushing, in
+  // "notify" mode only ("open" mode sees every open as an OPEN).
   std::unique_ptr<fs::AccessWatcher> access_watcher_;
   ShutdownStep detach_access_;
   // Filesystem::AttachKernel's undo: the filesystem lets go of the watcher and the
