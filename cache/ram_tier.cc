@@ -26,6 +26,18 @@ void RamTier::EraseLocked(Map::iterator it, Released* released, bool kernel_lost
   entries_.erase(it);
 }
 
+bool RamTier::MakeRoomLocked(uint64_t need, const ChunkKey* keep, Released* released) {
+  while (bytes_ + need > budget_) {
+    std::optional<ChunkKey> victim = policy_->Victim();
+    auto it = victim && (keep == nullptr || *victim != *keep) ? entries_.find(*victim)
+                                                                : entries_.end();
+    if (it == entries_.end()) return false;  // the policy wants no (more) evictions
+    EraseLocked(it, released);
+    ++evictions_;
+  }
+  return true;
+}
+
 void RamTier::Finish(Released& released) {
   released.bytes.clear();
   if (!drop_kernel_pages_) return;
@@ -76,13 +88,7 @@ bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes b
     inserted = [&]() REQUIRES(mu_) {
       if (bytes_ + need > budget_) {
         if (!policy_->AdmitWhenFull(key, need)) return false;
-        while (bytes_ + need > budget_) {
-          std::optional<ChunkKey> victim = policy_->Victim();
-          auto it = victim ? entries_.find(*victim) : entries_.end();
-          if (it == entries_.end()) return false;  // the policy wants no (more) evictions
-          EraseLocked(it, &released);
-          ++evictions_;
-        }
+        if (!MakeRoomLocked(need, nullptr, &released)) return false;
       }
       entries_.emplace(key, Entry{id, std::move(bytes)});
       bytes_ += need;
@@ -122,14 +128,7 @@ std::optional<ChunkBytes> RamTier::TakeForKernel(const ChunkKey& key, const Sour
     // Pages round up: a kernel entry may be charged more than the bytes it replaces
     // (a streamed entry owns exactly its size). Room is made as for an insert, but
     // never by evicting this entry: then it stays as it is.
-    while (bytes_ - before + after > budget_) {
-      std::optional<ChunkKey> victim = policy_->Victim();
-      auto v = victim && *victim != key ? entries_.find(*victim) : entries_.end();
-      if (v == entries_.end()) break;
-      EraseLocked(v, &released);
-      ++evictions_;
-    }
-    if (bytes_ - before + after <= budget_) {
+    if (after <= before || MakeRoomLocked(after - before, &key, &released)) {
       Entry& entry = it->second;
       taken = std::move(entry.bytes);
       entry.bytes = ChunkBytes{};

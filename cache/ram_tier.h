@@ -131,6 +131,9 @@ class RamTier {
       REQUIRES(mu_);
   // Frees and reports what EraseLocked left; call without the lock.
   void Finish(Released& released);
+  // Evicts the policy's victims until `need` more bytes fit the budget, never `keep`
+  // (an entry being resized). Returns whether they fit.
+  bool MakeRoomLocked(uint64_t need, const ChunkKey* keep, Released* released) REQUIRES(mu_);
 
   const uint64_t budget_;
   const KernelDrop drop_kernel_pages_;

@@ -41,8 +41,9 @@ std::vector<std::string> KernelListing::FoldersOf(const std::vector<std::string>
 void KernelListing::Run() {
   // getdents64 straight: readdir() would add nothing but a buffer of its own.
   alignas(8) char buf[64 * 1024];
+  uint64_t listed = 0, entries = 0;
   for (const std::string& folder : folders_) {
-    if (stop_.load(std::memory_order_relaxed) || entries_.load() >= max_entries_) break;
+    if (stop_.load(std::memory_order_relaxed) || entries >= max_entries_) break;
     const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
     UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd) {
@@ -53,19 +54,15 @@ void KernelListing::Run() {
     while (!stop_.load(std::memory_order_relaxed)) {
       const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
       if (n <= 0) break;  // the end, or an error (the connection went): next folder
-      uint64_t seen = 0;
-      for (long at = 0; at < n;) {
-        const auto* entry = reinterpret_cast<const struct dirent64*>(buf + at);
-        at += entry->d_reclen;
-        ++seen;
+      for (long at = 0; at < n; ++entries) {
+        at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
       }
-      entries_.fetch_add(seen, std::memory_order_relaxed);
     }
-    folders_listed_.fetch_add(1, std::memory_order_relaxed);
+    ++listed;
   }
-  spdlog::info("listed {} recorded folders ({} entries) so that pushes can start before the first open", folders_listed_.load(),
-                entries_.load());
-  done_.store(true, std::memory_order_relaxed);
+  spdlog::info("listed {} recorded folders ({} entries) so that pushes can start before the "
+               "first open",
+               listed, entries);
 }
 
 }  // namespace epochfs::fs

@@ -46,10 +46,6 @@ class KernelListing {
   // No folder is opened after this; returns at once.
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
 
-  bool done() const { return done_.load(std::memory_order_relaxed); }
-  uint64_t folders_listed() const { return folders_listed_.load(std::memory_order_relaxed); }
-  uint64_t entries() const { return entries_.load(std::memory_order_relaxed); }
-
   // The distinct folders of `paths` (relative file paths; "" for the root), sorted.
   static std::vector<std::string> FoldersOf(const std::vector<std::string>& paths);
 
@@ -60,9 +56,6 @@ class KernelListing {
   const std::vector<std::string> folders_;
   const uint64_t max_entries_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> done_{false};
-  std::atomic<uint64_t> folders_listed_{0};
-  std::atomic<uint64_t> entries_{0};
   std::thread thread_;  // last: started when everything above is ready
 };
 

@@ -38,8 +38,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <shared_mutex>
 #include <thread>

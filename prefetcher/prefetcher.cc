@@ -212,19 +212,20 @@ class PrefetcherImpl final : public Prefetcher {
       case Pattern::kShuffled:
         return !(pack_order_epoch_ == epoch_ && shuffled_next_ >= catalog_.size());
       case Pattern::kPublished:
-        return WorkInWindowLocked(plan_order_, &plan_next_, plan_cursor_);
+        return FirstToFetchLocked(plan_order_, &plan_next_, plan_cursor_).has_value();
       case Pattern::kReplay:
-        return WorkInWindowLocked(previous_order_, &replay_next_, replay_cursor_);
+        return FirstToFetchLocked(previous_order_, &replay_next_, replay_cursor_).has_value();
       case Pattern::kSequential:
       case Pattern::kUnknown:
         break;
     }
     return true;
   }
-  // Whether `order`'s window past `cursor` holds a file readahead would still fetch (a
-  // candidate of NextInOrderLocked, refused or not). Advances *next past handled files.
-  bool WorkInWindowLocked(const std::vector<uint32_t>& order, size_t* next, size_t cursor)
-      REQUIRES(mu_);
+  // The position in `order` of the first file in the window past `cursor` that
+  // readahead would still fetch, if any, passing over (for good) what the kernel holds.
+  // Advances *next past the handled files before the window.
+  std::optional<size_t> FirstToFetchLocked(const std::vector<uint32_t>& order, size_t* next,
+                                           size_t cursor) REQUIRES(mu_);
   // Records a file's first read this epoch (starting the next epoch where it is read
   // again after most of this one); false if there is nothing new for the readahead.
   bool RecordAccessLocked(const FileKey& file, const std::string& path) REQUIRES(mu_);
@@ -603,24 +604,8 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint
   cv_.notify_all();
 }
 
-bool PrefetcherImpl::WorkInWindowLocked(const std::vector<uint32_t>& order, size_t* next,
-                                        size_t cursor) {
-  while (*next < order.size() &&
-         (order[*next] == kUntracked || HandledLocked(catalog_[order[*next]].first))) {
-    ++*next;
-  }
-  const size_t end = std::min(order.size(), cursor + 1 + WindowLocked());
-  for (size_t i = *next; i < end; ++i) {
-    if (order[i] == kUntracked) continue;
-    const auto& [key, path] = catalog_[order[i]];
-    if (HandledLocked(key) || path.empty() || InKernelLocked(key)) continue;
-    return true;
-  }
-  return false;
-}
-
-std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uint32_t>& order,
-                                                           size_t* next, size_t cursor) {
+std::optional<size_t> PrefetcherImpl::FirstToFetchLocked(const std::vector<uint32_t>& order,
+                                                         size_t* next, size_t cursor) {
   // Everything before *next is handled; look no further than the window past the reader.
   auto handled = [&](size_t i) REQUIRES(mu_) {
     return order[i] == kUntracked || HandledLocked(catalog_[order[i]].first);
@@ -631,12 +616,20 @@ std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uin
     if (order[i] == kUntracked) continue;
     const auto& [key, path] = catalog_[order[i]];
     if (HandledLocked(key) || path.empty() || InKernelLocked(key)) continue;
-    const uint64_t size = i < plan_.size() && &order == &plan_order_ ? plan_[i].size : 0;
-    if (RefusedLocked(key, size)) return std::nullopt;  // all later ones rank worse
-    prefetched_.insert(key);
-    return Candidate{path, key};
+    return i;
   }
   return std::nullopt;
+}
+
+std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uint32_t>& order,
+                                                           size_t* next, size_t cursor) {
+  const std::optional<size_t> i = FirstToFetchLocked(order, next, cursor);
+  if (!i) return std::nullopt;
+  const auto& [key, path] = catalog_[order[*i]];
+  const uint64_t size = *i < plan_.size() && &order == &plan_order_ ? plan_[*i].size : 0;
+  if (RefusedLocked(key, size)) return std::nullopt;  // all later ones rank worse
+  prefetched_.insert(key);
+  return Candidate{path, key};
 }
 
 std::optional<Candidate> PrefetcherImpl::NextSequentialLocked() {
