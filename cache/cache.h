@@ -16,8 +16,8 @@
 // counted, and the read falls through to the source. If the index is lost it is
 // rebuilt by scanning the packs (cache/FORMAT.md has the formats).
 //
-// Misses. Read() on a miss reads the whole chunk from the source fd (io_uring, or
-// pread where io_uring is unavailable), serves it, puts it in the RAM tier and queues
+// Misses. Read() on a miss reads the whole chunk from the source fd (the chunks of one
+// read together through io_uring; a single chunk with pread), serves it, puts it in the RAM tier and queues
 // it for the SSD tier. The SSD writer runs in the background: a slow or full cache disk
 // never fails or blocks a read; it degrades to serving from the source and says so
 // once in the log and in Stats().
