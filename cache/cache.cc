@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 
 #include <algorithm>
@@ -35,6 +37,27 @@ SourceIdentity SourceIdentity::FromStat(const struct ::stat& st) {
       .mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
       .ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
   };
+}
+
+Result<struct ::stat> StatForIdentity(int dir_fd, const char* name, int flags) {
+  struct ::statx sx {};
+  if (::statx(dir_fd, name, flags, STATX_BASIC_STATS & ~STATX_ATIME, &sx) < 0) {
+    return Status::FromErrno(errno, fmt::format("stat '{}'", name));
+  }
+  struct ::stat st {};
+  st.st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  st.st_ino = sx.stx_ino;
+  st.st_mode = sx.stx_mode;
+  st.st_nlink = sx.stx_nlink;
+  st.st_uid = sx.stx_uid;
+  st.st_gid = sx.stx_gid;
+  st.st_rdev = makedev(sx.stx_rdev_major, sx.stx_rdev_minor);
+  st.st_size = static_cast<off_t>(sx.stx_size);
+  st.st_blksize = sx.stx_blksize;
+  st.st_blocks = static_cast<blkcnt_t>(sx.stx_blocks);
+  st.st_mtim = {sx.stx_mtime.tv_sec, sx.stx_mtime.tv_nsec};
+  st.st_ctim = {sx.stx_ctime.tv_sec, sx.stx_ctime.tv_nsec};
+  return st;
 }
 
 int64_t WallClockNs() {
@@ -427,9 +450,8 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
 
   // Admit only bytes that are certainly the file's bytes for this identity: the file
   // did not change during the read, and it had not changed just before it started.
-  struct stat after;
-  const bool unchanged =
-      ::fstat(file.fd, &after) == 0 && SourceIdentity::FromStat(after) == file.id;
+  Result<struct ::stat> after = StatForIdentity(file.fd, "", AT_EMPTY_PATH);
+  const bool unchanged = after.ok() && SourceIdentity::FromStat(*after) == file.id;
   const bool settled = unchanged && started_ns - file.id.ctime_ns > kRacilyCleanNs;
   for (size_t k = 0; k < which.size(); ++k) {
     const bool complete = ops[k].bytes_read == ops[k].len;  // else the file shrank

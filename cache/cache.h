@@ -57,6 +57,15 @@ struct SourceIdentity {
   static SourceIdentity FromStat(const struct ::stat& st);
 };
 
+// statx(dir_fd, name, flags) for an identity check, as a struct stat with every basic
+// field but the access time (st_atim is left zero); ("", AT_EMPTY_PATH) stats dir_fd
+// itself. Why not fstat(): a read leaves a FUSE or NFS client's cached atime stale, so
+// an fstat() after one costs a round trip to its server (GlusterFS: one per file read);
+// without the atime the client answers from its attribute cache while that is valid,
+// as it does for every field an identity holds. On a local filesystem the two are the
+// same.
+Result<struct ::stat> StatForIdentity(int dir_fd, const char* name, int flags);
+
 // The "racily clean" window (git's): a file whose ctime is this close to a moment may
 // have changed again within the same timestamp tick, leaving its identity as it was.
 // The cache admits no bytes read that close to a change; fs/ trusts no kernel page

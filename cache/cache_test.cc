@@ -4,6 +4,7 @@
 #include "cache/cache.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -964,6 +965,35 @@ TEST(CacheCoalescing, AReaderAfterAChangeWithinOneTimestampTickGetsTheNewBytes) 
   auto again = cache.Read(second.file, 0, 5000);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(text(*again) == new_bytes);
+}
+
+// An identity check needs no atime (a FUSE or NFS client would fetch one after each
+// read); everything an identity holds must be what fstat() says.
+TEST(StatForIdentityTest, GivesWhatFstatGivesButTheAtime) {
+  TempDir dir;
+  WriteFile(dir / "f", std::string(12345, 'x'));
+  UniqueFd fd(::open((dir / "f").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd);
+  struct ::stat expected {};
+  ASSERT_EQ(::fstat(fd.get(), &expected), 0);
+
+  Result<struct ::stat> by_fd = StatForIdentity(fd.get(), "", AT_EMPTY_PATH);
+  ASSERT_TRUE(by_fd.ok()) << by_fd.status().ToString();
+  EXPECT_EQ(SourceIdentity::FromStat(*by_fd), SourceIdentity::FromStat(expected));
+  EXPECT_EQ(by_fd->st_mode, expected.st_mode);
+  EXPECT_EQ(by_fd->st_size, 12345);
+  EXPECT_EQ(by_fd->st_atim.tv_sec, 0);
+
+  UniqueFd dir_fd(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(dir_fd);
+  Result<struct ::stat> by_name = StatForIdentity(dir_fd.get(), "f", AT_SYMLINK_NOFOLLOW);
+  ASSERT_TRUE(by_name.ok()) << by_name.status().ToString();
+  EXPECT_EQ(SourceIdentity::FromStat(*by_name), SourceIdentity::FromStat(expected));
+
+  Result<struct ::stat> missing = StatForIdentity(dir_fd.get(), "nope", AT_SYMLINK_NOFOLLOW);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_FALSE(StatForIdentity(-1, "", AT_EMPTY_PATH).ok());
 }
 
 }  // namespace

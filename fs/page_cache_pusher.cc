@@ -48,17 +48,14 @@ void PageCachePusher::Detach() {
 }
 
 Result<cache::SourceIdentity> PageCachePusher::StatNow(const Inode& node) const {
-  struct ::stat st {};
+  Result<struct ::stat> st = Status::Stale("no parent");
   if (node.path_fd) {
-    if (::fstat(node.path_fd.get(), &st) < 0) return Status::FromErrno(errno, "fstat");
-  } else {
-    const Location loc = inodes_->LocationOf(node);
-    if (!loc.parent) return Status::Stale("no parent");
-    if (::fstatat(loc.dir_fd(), loc.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
-      return Status::FromErrno(errno, "fstatat");
-    }
+    st = cache::StatForIdentity(node.path_fd.get(), "", AT_EMPTY_PATH);
+  } else if (const Location loc = inodes_->LocationOf(node); loc.parent) {
+    st = cache::StatForIdentity(loc.dir_fd(), loc.name.c_str(), AT_SYMLINK_NOFOLLOW);
   }
-  return cache::SourceIdentity::FromStat(st);
+  if (!st.ok()) return st.status();
+  return cache::SourceIdentity::FromStat(*st);
 }
 
 bool PageCachePusher::MayStore(Inode& node, const cache::SourceIdentity& file,

@@ -47,31 +47,16 @@ Result<struct ::stat> StatAt(int dir_fd, const std::string& name) {
   return st;
 }
 
-// The attributes of `name` as the source has them now, not as its client cached them:
+// The identity of `name` as the source has it now, not as its client cached it:
 // AT_STATX_FORCE_SYNC makes an NFS client send a GETATTR (what its open() does for
 // close-to-open) and a FUSE client (GlusterFS) ask its daemon.
 Result<struct ::stat> StatFreshAt(int dir_fd, const std::string& name) {
-  struct ::statx sx {};
-  if (::statx(dir_fd, name.c_str(), AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC,
-              STATX_BASIC_STATS, &sx) < 0) {
-    return Errno(fmt::format("stat '{}'", name));
-  }
-  struct ::stat st {};
-  st.st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
-  st.st_ino = sx.stx_ino;
-  st.st_mode = sx.stx_mode;
-  st.st_nlink = sx.stx_nlink;
-  st.st_uid = sx.stx_uid;
-  st.st_gid = sx.stx_gid;
-  st.st_rdev = makedev(sx.stx_rdev_major, sx.stx_rdev_minor);
-  st.st_size = static_cast<off_t>(sx.stx_size);
-  st.st_blksize = sx.stx_blksize;
-  st.st_blocks = static_cast<blkcnt_t>(sx.stx_blocks);
-  st.st_atim = {sx.stx_atime.tv_sec, sx.stx_atime.tv_nsec};
-  st.st_mtim = {sx.stx_mtime.tv_sec, sx.stx_mtime.tv_nsec};
-  st.st_ctim = {sx.stx_ctime.tv_sec, sx.stx_ctime.tv_nsec};
-  return st;
+  return cache::StatForIdentity(dir_fd, name.c_str(), AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC);
 }
+
+// An open source file's identity now (cache::StatForIdentity: no round trip to a
+// network source for the atime its reads made stale).
+Result<struct ::stat> IdentityStatFd(int fd) { return cache::StatForIdentity(fd, "", AT_EMPTY_PATH); }
 
 Result<struct ::stat> StatFd(int fd) {
   struct ::stat st {};
@@ -486,7 +471,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
     if (fd.status().code() == Code::kNotFound) return Status::Stale(fd.status().message());
     return fd.status();
   }
-  auto st = StatFd(fd->get());
+  auto st = IdentityStatFd(fd->get());
   if (!st.ok()) return st.status();
   EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
   return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(*st));
@@ -629,7 +614,7 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   // open that predates a change must fill it with the file as it is now, not with
   // cached bytes of the identity that open saw (and a read past the size it saw must
   // not be cut short). So the identity is taken anew for every read.
-  auto st = StatFd(fd->get());
+  auto st = IdentityStatFd(fd->get());
   if (!st.ok()) return st.status();
   cache::SourceIdentity id = cache::SourceIdentity::FromStat(*st);
   auto data = ReadToCurrentEnd(fd->get(), id, offset, size);
@@ -652,7 +637,7 @@ Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(int fd, cache::SourceIdenti
   for (int attempt = 0;; ++attempt) {
     auto data = cache_->Read(cache::SourceFile{fd, id}, offset, size);
     if (!data.ok() || data->size >= size || attempt == 3) return data;
-    auto st = StatFd(fd);
+    auto st = IdentityStatFd(fd);
     if (!st.ok() || static_cast<uint64_t>(st->st_size) <= offset + data->size) return data;
     id = cache::SourceIdentity::FromStat(*st);
   }
@@ -707,7 +692,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
   const std::string path = fmt::format("/proc/self/fd/{}", inode.path_fd.get());
   UniqueFd fd(::open(path.c_str(), (SourceOpenFlags(flags) & ~O_TRUNC) | O_CLOEXEC));
   if (!fd) return Errno("reopen node");
-  auto st = StatFd(fd.get());
+  auto st = IdentityStatFd(fd.get());
   if (!st.ok()) return st.status();
   return std::make_pair(std::move(fd), cache::SourceIdentity::FromStat(*st));
 }
