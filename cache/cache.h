@@ -17,8 +17,8 @@
 // rebuilt by scanning the packs (cache/FORMAT.md has the formats).
 //
 // Misses. Read() on a miss reads the whole chunk from the source fd (the chunks of one
-// read together through io_uring; a single chunk with pread), serves it, puts it in the RAM tier and queues
-// it for the SSD tier. The SSD writer runs in the background: a slow or full cache disk
+// read together through io_uring; a single chunk with pread), serves it, puts it in the
+// RAM tier and queues it for the SSD tier. The SSD writer runs in the background: a slow or full cache disk
 // never fails or blocks a read; it degrades to serving from the source and says so
 // once in the log and in Stats().
 //

@@ -2,9 +2,9 @@
 //
 // Two implementations behind one interface: io_uring (one ring per calling thread,
 // created lazily; batches of reads go through it, a single read or write is a plain
-// pread/pwrite, see io_engine.cc) and a pread/pwrite fallback. NewIoEngine() probes io_uring once and
-// falls back, with ONE warning in the log, where the kernel refuses it (sysctl
-// kernel.io_uring_disabled, seccomp, old kernel). Tests wrap an engine in
+// pread/pwrite, see io_engine.cc) and a pread/pwrite fallback. NewIoEngine() probes
+// io_uring once and falls back, with ONE warning in the log, where the kernel refuses
+// it (sysctl kernel.io_uring_disabled, seccomp, old kernel). Tests wrap an engine in
 // testing/fault_io_engine.h to inject EIO, short reads, ENOSPC and flipped bytes.
 //
 // Conventions at this interface: Status/Result, never negative errno (liburing's

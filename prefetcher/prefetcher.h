@@ -23,7 +23,7 @@
 // the batch into RAM in pack order, with large sequential reads (Cache::StreamFromSsd:
 // after a restart, a 110 KB sample costs a fraction of one IO instead of one random
 // read). The rest it opens and reads one by one with Cache::Prefetch (`threads`
-// workers, each one file in flight, on the cache's io_uring path). A restarted daemon
+// workers, each one file in flight, on the cache's read path). A restarted daemon
 // predicts the recorded epoch's pattern, so a shuffled data set streams from mount on.
 // Demand reads go first: a worker waits (up to 5 ms) while a demand read is filling
 // from the SSD tier or the source (Cache::DemandFillsInFlight), speculative source
