@@ -53,6 +53,13 @@ case "$cmd" in
     ;;
   stop)
     umount "$dir/mnt" 2>/dev/null || umount -l "$dir/mnt" 2>/dev/null
+    # The name comes from the folder's last component only: a volume of that name whose
+    # brick is elsewhere is somebody else's (its start then failed), and stays.
+    if info=$(gluster_cli volume info "$vol" 2>/dev/null) &&
+      ! sed -n 's/^Brick[0-9]*: [^:]*://p' <<<"$info" | grep -qxF "$dir/brick"; then
+      echo "glusterfs: volume $vol has no brick in $dir: not this folder's, left as it is" >&2
+      exit 0
+    fi
     gluster_cli volume stop "$vol" force >/dev/null 2>&1
     gluster_cli volume delete "$vol" >/dev/null 2>&1
     exit 0
