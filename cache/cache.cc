@@ -60,6 +60,8 @@ Result<struct ::stat> StatForIdentity(int dir_fd, const char* name, int flags) {
   return st;
 }
 
+Result<struct ::stat> StatForIdentity(int fd) { return StatForIdentity(fd, "", AT_EMPTY_PATH); }
+
 int64_t WallClockNs() {
   timespec ts;
   ::clock_gettime(CLOCK_REALTIME, &ts);
@@ -452,7 +454,7 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
 
   // Admit only bytes that are certainly the file's bytes for this identity: the file
   // did not change during the read, and it had not changed just before it started.
-  Result<struct ::stat> after = StatForIdentity(file.fd, "", AT_EMPTY_PATH);
+  Result<struct ::stat> after = StatForIdentity(file.fd);
   const bool unchanged = after.ok() && SourceIdentity::FromStat(*after) == file.id;
   const bool settled = unchanged && started_ns - file.id.ctime_ns > kRacilyCleanNs;
   for (size_t k = 0; k < which.size(); ++k) {

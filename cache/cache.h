@@ -18,9 +18,9 @@
 //
 // Misses. Read() on a miss reads the whole chunk from the source fd (the chunks of one
 // read together through io_uring; a single chunk with pread), serves it, puts it in the
-// RAM tier and queues it for the SSD tier. The SSD writer runs in the background: a slow or full cache disk
-// never fails or blocks a read; it degrades to serving from the source and says so
-// once in the log and in Stats().
+// RAM tier and queues it for the SSD tier. The SSD writer runs in the background: a
+// slow or full cache disk never fails or blocks a read; it degrades to serving from the
+// source and says so once in the log and in Stats().
 //
 // Thread-safety: every method may be called from any thread concurrently.
 #pragma once
@@ -65,6 +65,8 @@ struct SourceIdentity {
 // as it does for every field an identity holds. On a local filesystem the two are the
 // same.
 Result<struct ::stat> StatForIdentity(int dir_fd, const char* name, int flags);
+// The same for the open (or O_PATH) fd itself.
+Result<struct ::stat> StatForIdentity(int fd);
 
 // The "racily clean" window (git's): a file whose ctime is this close to a moment may
 // have changed again within the same timestamp tick, leaving its identity as it was.

@@ -977,7 +977,7 @@ TEST(StatForIdentityTest, GivesWhatFstatGivesButTheAtime) {
   struct ::stat expected {};
   ASSERT_EQ(::fstat(fd.get(), &expected), 0);
 
-  Result<struct ::stat> by_fd = StatForIdentity(fd.get(), "", AT_EMPTY_PATH);
+  Result<struct ::stat> by_fd = StatForIdentity(fd.get());
   ASSERT_TRUE(by_fd.ok()) << by_fd.status().ToString();
   EXPECT_EQ(SourceIdentity::FromStat(*by_fd), SourceIdentity::FromStat(expected));
   EXPECT_EQ(by_fd->st_mode, expected.st_mode);
@@ -993,7 +993,7 @@ TEST(StatForIdentityTest, GivesWhatFstatGivesButTheAtime) {
   Result<struct ::stat> missing = StatForIdentity(dir_fd.get(), "nope", AT_SYMLINK_NOFOLLOW);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
-  EXPECT_FALSE(StatForIdentity(-1, "", AT_EMPTY_PATH).ok());
+  EXPECT_FALSE(StatForIdentity(-1).ok());
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ void PageCachePusher::Detach() {
 Result<cache::SourceIdentity> PageCachePusher::StatNow(const Inode& node) const {
   Result<struct ::stat> st = Status::Stale("no parent");
   if (node.path_fd) {
-    st = cache::StatForIdentity(node.path_fd.get(), "", AT_EMPTY_PATH);
+    st = cache::StatForIdentity(node.path_fd.get());
   } else if (const Location loc = inodes_->LocationOf(node); loc.parent) {
     st = cache::StatForIdentity(loc.dir_fd(), loc.name.c_str(), AT_SYMLINK_NOFOLLOW);
   }

@@ -24,7 +24,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> OpenRegularBeneath(int root_f
   EPOCHFS_RETURN_IF_ERROR(prefetch::PlanParser::CheckPath(path, PATH_MAX));
   auto fd = OpenBeneath(root_fd, path, flags);
   if (!fd.ok()) return fd.status();
-  auto st = cache::StatForIdentity(fd->get(), "", AT_EMPTY_PATH);
+  auto st = cache::StatForIdentity(fd->get());
   if (!st.ok()) return st.status();
   if (!S_ISREG(st->st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a regular file", path));
   return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(*st));

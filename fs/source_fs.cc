@@ -54,10 +54,6 @@ Result<struct ::stat> StatFreshAt(int dir_fd, const std::string& name) {
   return cache::StatForIdentity(dir_fd, name.c_str(), AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC);
 }
 
-// An open source file's identity now (cache::StatForIdentity: no round trip to a
-// network source for the atime its reads made stale).
-Result<struct ::stat> IdentityStatFd(int fd) { return cache::StatForIdentity(fd, "", AT_EMPTY_PATH); }
-
 Result<struct ::stat> StatFd(int fd) {
   struct ::stat st {};
   if (::fstat(fd, &st) < 0) return Errno("fstat");
@@ -471,7 +467,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
     if (fd.status().code() == Code::kNotFound) return Status::Stale(fd.status().message());
     return fd.status();
   }
-  auto st = IdentityStatFd(fd->get());
+  auto st = cache::StatForIdentity(fd->get());
   if (!st.ok()) return st.status();
   EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
   return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(*st));
@@ -614,7 +610,7 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   // open that predates a change must fill it with the file as it is now, not with
   // cached bytes of the identity that open saw (and a read past the size it saw must
   // not be cut short). So the identity is taken anew for every read.
-  auto st = IdentityStatFd(fd->get());
+  auto st = cache::StatForIdentity(fd->get());
   if (!st.ok()) return st.status();
   cache::SourceIdentity id = cache::SourceIdentity::FromStat(*st);
   auto data = ReadToCurrentEnd(fd->get(), id, offset, size);
@@ -637,7 +633,7 @@ Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(int fd, cache::SourceIdenti
   for (int attempt = 0;; ++attempt) {
     auto data = cache_->Read(cache::SourceFile{fd, id}, offset, size);
     if (!data.ok() || data->size >= size || attempt == 3) return data;
-    auto st = IdentityStatFd(fd);
+    auto st = cache::StatForIdentity(fd);
     if (!st.ok() || static_cast<uint64_t>(st->st_size) <= offset + data->size) return data;
     id = cache::SourceIdentity::FromStat(*st);
   }
@@ -692,7 +688,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
   const std::string path = fmt::format("/proc/self/fd/{}", inode.path_fd.get());
   UniqueFd fd(::open(path.c_str(), (SourceOpenFlags(flags) & ~O_TRUNC) | O_CLOEXEC));
   if (!fd) return Errno("reopen node");
-  auto st = IdentityStatFd(fd.get());
+  auto st = cache::StatForIdentity(fd.get());
   if (!st.ok()) return st.status();
   return std::make_pair(std::move(fd), cache::SourceIdentity::FromStat(*st));
 }
