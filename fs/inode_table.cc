@@ -45,6 +45,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
       inode->parent = parent;
       inode->name = name;
     }
+    NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
     return inode;
   }
   auto inode = std::make_shared<Inode>();
@@ -78,6 +79,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
     inode->kernel_cache_id_at_ns = cache::WallClockNs();
     inode->kernel_cache_id_written = true;
   }
+  NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
   by_nodeid_[inode->nodeid] = inode;
   by_devino_[key] = inode->nodeid;
   return inode;
@@ -258,9 +260,7 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
           id.ctime_ns + cache::kRacilyCleanNs < inode.kernel_cache_id_at_ns);
 }
 
-void InodeTable::NoteKernelAttrs(Inode& inode, const struct ::stat& st) {
-  const auto id = cache::SourceIdentity::FromStat(st);
-  MutexLock lock(mutex_);
+void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) {
   // The newest by ctime. The kernel may still have discarded this reply, if a reply it
   // had sent later was applied first (its attribute version); the LOOKUP an ESTALE
   // forces comes right before the retried OPEN, the same window a LOOKUP per open had.

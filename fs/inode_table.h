@@ -106,7 +106,10 @@ class InodeTable {
 
   // Records a lookup reference on the object `st` found as `name` in `parent`, creating
   // its node on first sight. `path_fd` is the object's O_PATH fd (kept only if the
-  // node is new). Updates the node's location.
+  // node is new). Updates the node's location, and records `st` as the attributes the
+  // kernel gets (the LOOKUP or CREATE reply about to be sent carries them): under the
+  // same lock, so that no thread finds the node without them (a push would be refused
+  // for a file the kernel is about to know).
   //
   // `old_name_gone`: the caller found that the name the object's node was last known
   // by no longer names it (renamed in the source). The object then gets a new node,
@@ -194,8 +197,6 @@ class InodeTable {
   static void NoteKernelDropped(Inode& inode);
   bool KernelHoldsWhole(const Inode& inode) const;
 
-  // Records that a LOOKUP or CREATE reply for `inode` carries `st`.
-  void NoteKernelAttrs(Inode& inode, const struct ::stat& st);
   // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)
   // says, or a newer state the mount made itself: then the size it reads with is right.
   bool KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
@@ -253,6 +254,8 @@ class InodeTable {
   static constexpr int64_t kMadeMemoryNs = 1'000'000'000;  // well past cache::kRacilyCleanNs
   void RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id, int64_t now)
       REQUIRES(mutex_);
+  // Records that a LOOKUP or CREATE reply for `inode` carries `id` (Remember).
+  void NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) REQUIRES(mutex_);
 
   std::atomic<bool> pin_forgotten_{false};     // SetPinForgotten
   std::atomic<uint64_t> residency_budget_{0};  // 0: no belief at all

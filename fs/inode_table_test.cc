@@ -43,6 +43,26 @@ TEST(InodeTable, SameSourceObjectSameNodeAndCountsLookups) {
   EXPECT_GT(reborn->nodeid, other_dev->nodeid);
 }
 
+// A node is never found without the attributes its LOOKUP reply gives the kernel: a push
+// that found it in between was refused, for a file the kernel was about to know.
+TEST(InodeTable, ANodeIsFoundWithTheAttributesItsReplyCarries) {
+  InodeTable table = MakeTable();
+  struct ::stat st = FakeStat(1, 100, S_IFREG);
+  st.st_size = 4096;
+  st.st_ctim = {10, 0};
+  auto a = table.Remember(table.root(), "a", st, UniqueFd());
+  const auto id = cache::SourceIdentity::FromStat(st);
+  EXPECT_TRUE(table.KernelAttrsShow(*a, id, InodeTable::Observe(*a)));
+  // Found again with a newer state: the new reply's attributes are the kernel's.
+  st.st_size = 8192;
+  st.st_ctim = {11, 0};
+  auto again = table.Remember(table.root(), "a", st, UniqueFd());
+  ASSERT_EQ(again.get(), a.get());
+  EXPECT_TRUE(
+      table.KernelAttrsShow(*a, cache::SourceIdentity::FromStat(st), InodeTable::Observe(*a)));
+  EXPECT_TRUE(table.KernelAttrsShow(*a, id, InodeTable::Observe(*a)));  // older: its ctime
+}
+
 // Residency: what the table believes the kernel's page cache holds whole.
 TEST(InodeTable, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
   InodeTable table = MakeTable();

@@ -178,7 +178,6 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   if (!st.ok()) return st.status();
   auto inode = inodes_.Remember(parent, name, *st, std::move(*fd),
                                 KnownByAnotherDeadName(*parent, name, *st));
-  inodes_.NoteKernelAttrs(*inode, *st);  // the LOOKUP's reply carries them
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
     if (AccessWatcher* access = access_.load()) access->Watch(*inode);
@@ -583,7 +582,6 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
   auto path_fd = OpenChild((*dir)->path_fd.get(), name, O_PATH);
   auto inode = inodes_.Remember(*dir, name, *st, path_fd.ok() ? std::move(*path_fd) : UniqueFd(),
                                 KnownByAnotherDeadName(**dir, name, *st));
-  inodes_.NoteKernelAttrs(*inode, *st);  // the CREATE's reply carries them
   const auto id = cache::SourceIdentity::FromStat(*st);
   MountChange(inodes_, inode.get()).Made(id);
   OpenResult open;
