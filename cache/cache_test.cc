@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <filesystem>
@@ -875,10 +877,12 @@ class GatedIoEngine final : public IoEngine {
 };
 
 // A cache with no SSD tier whose source reads go through `io`.
-std::unique_ptr<Cache> OpenRamOnlyCache(const fs::path& cache_dir, std::shared_ptr<IoEngine> io) {
+std::unique_ptr<Cache> OpenRamOnlyCache(const fs::path& cache_dir, std::shared_ptr<IoEngine> io,
+                                        DemandObserver* demand_observer = nullptr) {
   CacheOptions o;
   o.cache_dir = cache_dir;
   o.disk_budget = 0;
+  o.demand_observer = demand_observer;
   auto opened = OpenCacheWithIoEngine(o, std::move(io));
   EXPECT_TRUE(opened.ok()) << opened.status().ToString();
   return opened.ok() ? std::move(opened).value() : nullptr;
@@ -919,6 +923,61 @@ TEST(CacheDemandFills, CountsDemandFillsNotPrefetches) {
   // A RAM hit is no fill.
   ASSERT_TRUE(cache.Read(a.file, 0, 5000).ok());
   EXPECT_EQ(cache.DemandFillsInFlight(), 0u);
+}
+
+class CountingDemandObserver final : public DemandObserver {
+ public:
+  void OnDemandSourceRead(std::chrono::steady_clock::duration) override { ++reads; }
+  std::atomic<int> reads{0};
+};
+
+// The pacer learns the source's latency from demand reads that read the source. A read
+// that waited on another's read of the same chunk read nothing: reported, its wait (any
+// part of the leader's) would pass for the source's latency. Nor does a prefetch that
+// waited on a demand read count as a source read of its own.
+TEST(CacheCoalescing, OnlyTheReaderThatReadTheSourceCountsASourceRead) {
+  TempDir dir;
+  WriteFile(dir / "a", RandomBytes(5000, 1));
+  WriteFile(dir / "b", RandomBytes(5000, 2));
+  WaitUntilFilesSettle();
+  {  // readahead leads, the demand read waits on it
+    auto io = std::make_shared<GatedIoEngine>(NewIoEngine(false));
+    CountingDemandObserver observer;
+    auto cache = OpenRamOnlyCache(dir / "cache", io, &observer);
+    ASSERT_NE(cache, nullptr);
+    OpenSource a = OpenSourceFile(dir / "a");
+    Result<PrefetchResult> prefetched = Status::Ok();
+    std::thread prefetch([&] { prefetched = cache->Prefetch(a.file); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // it is at the gate
+    std::thread demand([&] { EXPECT_TRUE(cache->Read(a.file, 0, 5000).ok()); });
+    WaitForADemandFillAtTheGate(*cache);
+    io->Open();
+    prefetch.join();
+    demand.join();
+    ASSERT_TRUE(prefetched.ok()) << prefetched.status().ToString();
+    EXPECT_EQ(prefetched->source_reads, 1u);
+    EXPECT_EQ(cache->Stats().source_reads, 1u) << "the demand read read the chunk again";
+    EXPECT_EQ(observer.reads, 0) << "a wait on readahead's read was reported as a source read";
+  }
+  {  // the demand read leads, readahead waits on it
+    auto io = std::make_shared<GatedIoEngine>(NewIoEngine(false));
+    CountingDemandObserver observer;
+    auto cache = OpenRamOnlyCache(dir / "cache2", io, &observer);
+    ASSERT_NE(cache, nullptr);
+    OpenSource b = OpenSourceFile(dir / "b");
+    std::thread demand([&] { EXPECT_TRUE(cache->Read(b.file, 0, 5000).ok()); });
+    WaitForADemandFillAtTheGate(*cache);
+    Result<PrefetchResult> prefetched = Status::Ok();
+    std::thread prefetch([&] { prefetched = cache->Prefetch(b.file); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // it waits on the leader
+    io->Open();
+    prefetch.join();
+    demand.join();
+    ASSERT_TRUE(prefetched.ok()) << prefetched.status().ToString();
+    EXPECT_EQ(prefetched->source_reads, 0u) << "readahead counted the demand read's read";
+    EXPECT_EQ(cache->Stats().source_reads, 1u);
+    EXPECT_EQ(observer.reads, 1);
+  }
 }
 
 // Coalescing concurrent misses of one chunk must not hand a reader bytes read before a

@@ -930,7 +930,10 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   if (candidate.fill && (!SsdHasRoom() || cache_->SsdPosition(candidate.key->dev, candidate.key->ino))) {
     return;
   }
-  WaitForDemandReads();
+  // A source the pacer finds latency-bound (its reads do not queue) serves readahead
+  // beside demand reads: on GlusterFS, with four readers, some demand read was nearly
+  // always in flight, and this grace held every readahead read back 5 ms.
+  if (!options_.pacer || options_.pacer->queueing()) WaitForDemandReads();
   bool saturated = false;
   {
     MutexLock lock(mu_);
