@@ -332,6 +332,9 @@ class PrefetcherImpl final : public Prefetcher {
   std::string listed_dir_ GUARDED_BY(mu_);
   std::vector<std::string> listed_names_ GUARDED_BY(mu_);  // of listed_dir_, sorted
   uint32_t inflight_ GUARDED_BY(mu_) = 0;  // candidates handed to workers and not finished
+  // Candidates of streamed batches that the SSD tier lacked, to read from the source
+  // (counted in inflight_).
+  std::deque<Candidate> source_queue_ GUARDED_BY(mu_);
   uint32_t source_inflight_ GUARDED_BY(mu_) = 0;  // Fetch() calls reading now (DepthLocked)
   uint32_t notified_depth_ GUARDED_BY(mu_) = 0;  // DepthLocked() when workers last heard it
   bool save_failed_ GUARDED_BY(mu_) = false;  // warned once
@@ -492,6 +495,8 @@ void PrefetcherImpl::NewEpochLocked() {
   plan_next_ = plan_cursor_ = replay_next_ = replay_cursor_ = shuffled_next_ = fill_next_ = 0;
   filled_.clear();
   pack_order_.clear();
+  inflight_ -= static_cast<uint32_t>(source_queue_.size());  // the old epoch's order
+  source_queue_.clear();
   if (policy_) {
     policy_->SetPlan({});
     policy_->NewEpoch();
@@ -801,6 +806,7 @@ void PrefetcherImpl::Work(uint32_t index) {
   const bool streaming = options_.stream_from_ssd && !extra;
   while (true) {
     std::vector<Candidate> batch;
+    bool from_source_queue = false;
     {
       MutexLock lock(mu_);
       while (true) {
@@ -834,6 +840,15 @@ void PrefetcherImpl::Work(uint32_t index) {
           lock.WaitFor(cv_, kQuietWait);  // Fetch notifies when the depth grows
           continue;
         }
+        if (!source_queue_.empty()) {
+          if (streaming) WaitForBudgetLocked(lock);  // the others waited above
+          if (stop_) return;
+          if (source_queue_.empty()) continue;
+          batch.push_back(std::move(source_queue_.front()));
+          source_queue_.pop_front();
+          from_source_queue = true;
+          break;
+        }
         batch = TakeBatchLocked(!streaming ? 1 : PatternLocked() == Pattern::kPublished ? kPlanStreamBatch : kStreamBatch);
         if (!batch.empty()) {
           // There may be more: the next worker looks too (an access wakes only one,
@@ -848,29 +863,25 @@ void PrefetcherImpl::Work(uint32_t index) {
         lock.WaitFor(cv_, timed ? kIdleWait : kQuietWait);
       }
     }
-    const size_t taken = batch.size();
-    std::vector<Candidate> rest = streaming ? StreamBatch(std::move(batch)) : std::move(batch);
-    {
+    if (streaming && !from_source_queue) {
+      const size_t taken = batch.size();
+      std::vector<Candidate> rest = StreamBatch(std::move(batch));
       MutexLock lock(mu_);
       inflight_ -= static_cast<uint32_t>(taken - rest.size());
+      // What the SSD tier lacks is read from the source one file at a time, by whichever
+      // worker is free. Read in turn by the worker that took the batch, a batch's later
+      // files were overtaken by the readers on a network source (each read a round trip).
+      for (Candidate& c : rest) source_queue_.push_back(std::move(c));
+      if (!rest.empty()) cv_.notify_all();
+      continue;
     }
-    for (size_t i = 0; i < rest.size(); ++i) {
-      if (streaming) {
-        MutexLock lock(mu_);
-        WaitForBudgetLocked(lock);
-        if (stop_) {
-          inflight_ -= static_cast<uint32_t>(rest.size() - i);
-          return;
-        }
-      }
-      Fetch(rest[i]);
-      MutexLock lock(mu_);
-      --inflight_;
-      // The pacer may have deepened the queue: workers beyond the old depth wake.
-      const uint32_t depth = DepthLocked();
-      if (depth > notified_depth_) cv_.notify_all();
-      notified_depth_ = depth;
-    }
+    for (const Candidate& candidate : batch) Fetch(candidate);
+    MutexLock lock(mu_);
+    inflight_ -= static_cast<uint32_t>(batch.size());
+    // The pacer may have deepened the queue: workers beyond the old depth wake.
+    const uint32_t depth = DepthLocked();
+    if (depth > notified_depth_) cv_.notify_all();
+    notified_depth_ = depth;
   }
 }
 
@@ -890,7 +901,10 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
   std::vector<size_t> which;  // ids[k] belongs to batch[which[k]]
   std::vector<Candidate> rest;
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].fill) {  // not in the SSD tier, as far as the plan knows
+    // Not in the SSD tier, as far as the plan or the index knows: its identity (a round
+    // trip on a network source, for each file of a batch in turn) would buy nothing.
+    if (batch[i].fill ||
+        (batch[i].key && !cache_->SsdPosition(batch[i].key->dev, batch[i].key->ino))) {
       rest.push_back(std::move(batch[i]));
       continue;
     }
@@ -902,6 +916,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
     ids.push_back(*id);
     which.push_back(i);
   }
+  if (ids.empty()) return rest;
   WaitForDemandReads();
   const std::vector<bool> in_ram = cache_->StreamFromSsd(ids);
   std::vector<cache::SourceIdentity> to_push;

@@ -22,8 +22,10 @@
 // Each worker takes a batch of up to 64 of them and streams what the SSD tier holds of
 // the batch into RAM in pack order, with large sequential reads (Cache::StreamFromSsd:
 // after a restart, a 110 KB sample costs a fraction of one IO instead of one random
-// read). The rest it opens and reads one by one with Cache::Prefetch (`threads`
-// workers, each one file in flight, on the cache's read path). A restarted daemon
+// read); a file the SSD tier's index lacks is not even stat'ed for it. The rest goes to
+// a queue that every worker reads from, one file each with Cache::Prefetch on the
+// cache's read path: `threads` workers, and more while the pacer's depth (source
+// reads in flight) is larger. A restarted daemon
 // predicts the recorded epoch's pattern, so a shuffled data set streams from mount on.
 // Demand reads go first: a worker waits (up to 5 ms) while a demand read is filling
 // from the SSD tier or the source (Cache::DemandFillsInFlight), speculative source
