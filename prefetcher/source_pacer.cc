@@ -30,7 +30,16 @@ void SourcePacer::DepthStepLocked(Clock::time_point now) {
     const double rate =
         static_cast<double>(depth_reads_) / std::chrono::duration<double>(elapsed).count();
     const bool held_back = 2 * depth_saturated_ >= depth_reads_;
-    if (probing_) {
+    // Reads as fast as one alone: none waited behind another, so one more in flight is
+    // one more completed per round trip. The rate alone says so too, but too late for
+    // an epoch of a few seconds, and not at all while a busy CPU blurs it.
+    const bool unqueued = mean <= 2 * base;
+    if (unqueued && held_back && depth_ < max_depth_) {
+      rate_before_probe_ = rate;
+      depth_ = std::min(max_depth_, depth_ * 2);
+      probing_ = true;
+      hold_periods_ = 0;
+    } else if (probing_) {
       // The last period doubled the depth: keep it (and go on) only if reads completed
       // faster for it. A queue that only lengthens each read's wait does not pay.
       probing_ = false;
@@ -38,7 +47,7 @@ void SourcePacer::DepthStepLocked(Clock::time_point now) {
         rate_before_probe_ = rate;
         depth_ = std::min(max_depth_, depth_ * 2);
         probing_ = true;
-      } else if (rate < 1.15 * rate_before_probe_) {
+      } else if (rate < 1.15 * rate_before_probe_ && !unqueued) {
         depth_ = std::max(min_depth_, depth_ / 2);
         hold_periods_ = kHoldPeriods;
       }

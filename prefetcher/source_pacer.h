@@ -26,8 +26,11 @@
 // in flight; an IOPS-capped disk does not (each read only waits longer). So the depth
 // climbs a hill: while readahead keeps every slot busy (the depth is what holds it
 // back), a period doubles it, and the next period keeps the doubling only if reads
-// completed at least 15% faster for it; otherwise it is halved back and held for
-// kHoldPeriods before the next try. Separately, a period whose readahead reads took
+// completed at least 15% faster for it, or took at most twice the base latency (none
+// waited behind another: on GlusterFS with a 1 ms brick delay the rate test alone
+// reached 32 in only some epochs of a few seconds); otherwise it is halved back and
+// held for kHoldPeriods before the next try. A period whose reads took at most twice
+// the base doubles it at once, without waiting out a hold. Separately, a period whose readahead reads took
 // over 4x the base latency + 2 ms shows the source queueing: late demand reads cut the
 // rate only then. On a latency-bound source a demand read is late by the network's own
 // jitter, not because readahead is ahead of it in a queue (measured on GlusterFS: the
@@ -60,8 +63,8 @@ class SourcePacer final : public cache::DemandObserver {
   static constexpr auto kStep = std::chrono::milliseconds(100);
   static constexpr auto kBaseBucket = std::chrono::seconds(10);
   static constexpr auto kRatePeriod = std::chrono::milliseconds(500);
-  static constexpr auto kDepthPeriod = std::chrono::milliseconds(500);
-  static constexpr int kHoldPeriods = 6;  // 3 s between failed probes
+  static constexpr auto kDepthPeriod = std::chrono::milliseconds(250);
+  static constexpr int kHoldPeriods = 12;  // 3 s between failed probes
 
   // `cap`: the most reads/s (the user's --prefetch-iops; 0: none). Depth between
   // `min_depth` and `max_depth` (starting at the least). `now` is injectable for tests.

@@ -200,6 +200,20 @@ TEST(SourcePacer, DepthGrowsOnALatencyBoundSourceAndJitterCutsNothing) {
   EXPECT_GE(pacer.rate(), rate);
 }
 
+// A latency-bound source on a busy machine: reads take their base latency however many
+// are in flight, but how many complete per period does not show it (here: the same
+// number every period). Reads that wait behind no other are reason enough to deepen.
+TEST(SourcePacer, DepthGrowsWhileReadsTakeTheirBaseLatencyThoughTheRateIsBlurred) {
+  FakeClock clock;
+  SourcePacer pacer(0, clock.fn(), 4, 32);
+  for (int i = 0; i < 400; ++i) {
+    clock.t += milliseconds(5);  // 200 reads/s whatever the depth
+    pacer.OnReadaheadRead(milliseconds(3), 1, /*saturated=*/true);
+  }
+  EXPECT_EQ(pacer.depth(), 32u);
+  EXPECT_FALSE(pacer.queueing());
+}
+
 // Depth grows only while it is what holds readahead back.
 TEST(SourcePacer, DepthStaysWhereReadaheadHasSlotsToSpare) {
   FakeClock clock;
