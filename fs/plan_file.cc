@@ -85,7 +85,7 @@ namespace {
 // A write with fewer distinct lines is resolved as the parser goes; more are resolved by
 // up to kResolveThreads threads (round trips to a network source overlap).
 constexpr size_t kParallelResolveMin = 64;
-constexpr size_t kResolveThreads = 8;
+constexpr size_t kResolveThreads = 32;
 }  // namespace
 
 const prefetch::PlannedFile* PlanFile::Reused(const Reusable* reusable, const std::string& path) {
