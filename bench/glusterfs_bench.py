@@ -20,8 +20,14 @@ the drift of a shared machine falls on every row alike; the table gives each rou
 Each file read is checked (its first line is its own name, its length the data set's
 size): a wrong byte fails the run.
 
+``--brick-delay-us N`` makes the volume latency-bound, as a brick across a network is:
+Gluster's own delay-gen translator holds each LOOKUP, OPEN, READ, FLUSH, STAT, ... N
+microseconds in the brick before serving it (a wait, not CPU). On this machine's
+local bricks a read otherwise costs CPU, not time on a wire, and two cores run out
+before more reads in flight can pay.
+
 Prints a table with the issue's targets; writes docs/bench/glusterfs/glusterfs.json and
-glusterfs.png.
+glusterfs.png (glusterfs_delay<N>us.* with a brick delay).
 
     /usr/bin/python3 bench/glusterfs_bench.py            # ~4 minutes here
 """
@@ -132,6 +138,12 @@ class Bench:
                     "--log-level", "warn", *a.epochfs_arg])
                 self.epochfs_mount = root = mnt
             drop_caches()
+            if a.list_first:
+                # As torchvision's DatasetFolder does when it is made: before the first epoch, not
+                # timed. The kernel then knows every inode (READDIRPLUS) before the first open.
+                listed = sum(len(fs) for _, _, fs in os.walk(os.path.join(root, "data")))
+                if listed != len(self.paths):
+                    raise BenchError(f"listed {listed} files, not {len(self.paths)}")
             for epoch in range(1 + a.warm_epochs):
                 order = self.order(epoch)
                 before = self.status() if self.epochfs_mount else None
@@ -151,12 +163,17 @@ class Bench:
                     e.update(source_mib=round((after["source_bytes"] - before["source_bytes"]) / MiB, 1),
                              prefetch_hits=after["prefetch_hits"] - before["prefetch_hits"],
                              pushed_mib=round((after["pushed_bytes"] - before["pushed_bytes"]) / MiB, 1),
-                             requests=reqs, source_depth=after.get("prefetch_source_depth"))
+                             requests=reqs, source_depth=after.get("prefetch_source_depth"),
+                             pace_reads_per_s=round(after.get("prefetch_pace_reads_per_s", 0)),
+                             pace_slowdowns=after.get("prefetch_pace_slowdowns", 0) - before.get(
+                                 "prefetch_pace_slowdowns", 0),
+                             base_latency_us=after.get("source_base_latency_us"))
                 run["epochs"].append(e)
                 extra = ""
                 if "requests" in e:
                     extra = (f"; read ahead {e['prefetch_hits']}, pushed {e['pushed_mib']:.0f} MiB, "
-                             f"requests {e['requests']}, depth {e['source_depth']}")
+                             f"requests {e['requests']}, depth {e['source_depth']}, pace {e['pace_reads_per_s']}/s "
+                             f"({e['pace_slowdowns']} cuts), base {e['base_latency_us']} us")
                 log(f"  epoch {epoch + 1}: {e['files_per_s']:.0f} files/s ({seconds:.2f} s){extra}")
         except (BenchError, RuntimeError, OSError, subprocess.TimeoutExpired) as err:
             run["error"] = str(err)
@@ -233,11 +250,28 @@ class Bench:
         ax.set_xticklabels(["epoch 1 (cold client)", "warm epochs"])
         ax.set_ylabel("files/s (median of rounds; dots: each round)")
         ax.legend(fontsize=8)
-        ax.set_title(f"{self.a.files} files x {self.a.size // 1000} KB on GlusterFS, {self.a.readers} readers "
-                     f"with buffered open()", fontsize=10)
+        delay = f", brick delay {self.a.brick_delay_us} us" if self.a.brick_delay_us else ""
+        ax.set_title(f"{self.a.files} files x {self.a.size // 1000} KB on GlusterFS{delay}, {self.a.readers} "
+                     f"readers with buffered open()", fontsize=10)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+    def delay_brick(self, us: int) -> None:
+        """Every metadata and read operation waits `us` in the brick (debug/delay-gen)."""
+        log(f"brick delay: {us} us per operation")
+        vol = self.volume.name
+        for key, value in (("delay-gen", "posix"), ("delay-gen.delay-duration", str(us)),
+                           ("delay-gen.delay-percentage", "100"),
+                           ("delay-gen.enable", "lookup,stat,fstat,open,read,flush,opendir,readdirp,"
+                                                "readdir,getxattr,fgetxattr,statfs,access"),
+                           # The delay is slept in the brick's io-threads: with the default 16
+                           # they, not the wait, would cap the operations in flight.
+                           ("performance.io-thread-count", "64")):
+            sh(["gluster", "--mode=script", "volume", "set", vol, key, value])
+        # A new translator in the brick's graph takes a restart of the brick.
+        sh(["gluster", "--mode=script", "volume", "stop", vol, "force"])
+        sh(["gluster", "--mode=script", "volume", "start", vol])
 
     def main(self) -> int:
         a = self.a
@@ -252,6 +286,8 @@ class Bench:
             self.paths = sorted(os.path.relpath(os.path.join(d, f), source)
                                 for d, _, fs in os.walk(os.path.join(source, "data")) for f in fs)
             self.volume.unmount_clients()  # the first round's client starts cold like the rest
+            if a.brick_delay_us:
+                self.delay_brick(a.brick_delay_us)
             for round_no in range(1, a.rounds + 1):
                 for c in CONFIGS:
                     self.runs.append(self.run_config(c, round_no))
@@ -265,13 +301,15 @@ class Bench:
         os.makedirs(a.out, exist_ok=True)
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
-        with open(os.path.join(a.out, "glusterfs.json"), "w") as f:
+        name = "glusterfs" + (f"_delay{a.brick_delay_us}us" if a.brick_delay_us else "") + (
+            "_listed" if a.list_first else "")
+        with open(os.path.join(a.out, name + ".json"), "w") as f:
             json.dump({"params": vars(a), "commit": commit,
                        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
                        "loadavg": os.getloadavg(), "summary": s, "targets": targets, "runs": self.runs,
                        "table": text}, f, indent=1)
-        self.plot(s, os.path.join(a.out, "glusterfs.png"))
-        log(f"wrote {a.out}/glusterfs.json and glusterfs.png")
+        self.plot(s, os.path.join(a.out, name + ".png"))
+        log(f"wrote {a.out}/{name}.json and {name}.png")
         return 1 if any(r.get("error") for r in self.runs) else 0
 
 
@@ -288,6 +326,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ram", default="1G", help="epochfs --ram (ample: these rows are not about memory)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--list-first", action="store_true",
+                   help="the readers list the data set before epoch 1 (as DatasetFolder does), untimed")
+    p.add_argument("--brick-delay-us", type=int, default=0,
+                   help="hold each operation this long in the brick: a latency-bound source")
     p.add_argument("--epoch-timeout", type=float, default=600)
     p.add_argument("--epochfs-arg", action="append", default=[], help="more epochfs mount options")
     a = p.parse_args(argv)
