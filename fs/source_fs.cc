@@ -777,7 +777,16 @@ Result<std::unique_ptr<DirHandle>> SourceFs::OpenDir(uint64_t nodeid) {
 }
 
 Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit) {
+  std::vector<prefetch::Prefetcher::Opened> listed;
+  Status status = ReadDirEntries(dh, offset, plus, emit, prefetcher_ != nullptr ? &listed : nullptr);
+  if (!listed.empty()) prefetcher_->OnListed(listed);
+  return status;
+}
+
+Status SourceFs::ReadDirEntries(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit,
+                               std::vector<prefetch::Prefetcher::Opened>* listed) {
   MutexLock lock(dh.mutex_);
+  std::optional<std::string> folder;  // the listed folder's path, once a file needs it
   if (offset != dh.position_) {
     ::seekdir(dh.dir_, offset);
     dh.position_ = offset;
@@ -817,6 +826,12 @@ Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitte
       return Status::Ok();
     }
     dh.position_ = next;
+    if (listed != nullptr && plus && !dot && S_ISREG(entry.attr.st_mode)) {
+      if (!folder) folder = RelativePath(*dh.inode_);
+      listed->push_back({prefetch::FileKey{static_cast<uint64_t>(entry.attr.st_dev),
+                                           static_cast<uint64_t>(entry.attr.st_ino)},
+                         folder->empty() ? name : *folder + "/" + name});
+    }
   }
 }
 

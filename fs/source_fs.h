@@ -165,7 +165,8 @@ class SourceFs {
   // Calls `emit(name, entry, next_offset)` for each entry from `offset` on until it
   // returns false (the reply buffer is full). With `plus`, each entry is looked up (and
   // so counts a lookup reference); `emit` must return false without keeping the entry
-  // when it does not fit, and the lookup is then undone here.
+  // when it does not fit, and the lookup is then undone here. The regular files a
+  // `plus` listing gave the kernel are reported to the prefetcher (OnListed).
   using DirEmitter =
       std::function<bool(const std::string& name, const Entry& entry, off_t next_offset)>;
   Status ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit);
@@ -238,6 +239,10 @@ class SourceFs {
   bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,
                               const struct ::stat& st) const;
   Status RefuseIfReadOnly(const char* what) const;
+  // ReadDir's work; the regular files emitted with `plus` are added to `listed` (null:
+  // not collected).
+  Status ReadDirEntries(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit,
+                        std::vector<prefetch::Prefetcher::Opened>* listed);
   // A demand READ of `inode` reached the daemon: tells the access watcher, and the
   // prefetcher unless the watcher sees the file's open. Before the cache serves it.
   void NoteDemandRead(const Inode& inode, uint64_t offset);

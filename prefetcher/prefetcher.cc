@@ -145,6 +145,7 @@ class PrefetcherImpl final : public Prefetcher {
 
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
   void OnOpens(const std::vector<Opened>& opens) override;
+  void OnListed(const std::vector<Opened>& files) override;
   void Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) override;
   void AttachKernelPages(KernelPages* pages) override { kernel_pages_.store(pages); }
   std::vector<std::string> KnownPaths() const override;
@@ -527,6 +528,18 @@ void PrefetcherImpl::OnOpens(const std::vector<Opened>& opens) {
   // time, and a batch of accesses may be that much work at once.
   const size_t wake = std::min<size_t>(recorded, options_.threads);
   for (size_t i = 0; i < wake; ++i) cv_.notify_one();
+}
+
+void PrefetcherImpl::OnListed(const std::vector<Opened>& files) {
+  {
+    MutexLock lock(mu_);
+    const size_t known = catalog_.size();
+    for (const Opened& f : files) {
+      if (!CatalogIndexLocked(f.file, f.path)) break;  // the tables are full
+    }
+    if (catalog_.size() == known || !MayHaveWorkLocked()) return;
+  }
+  cv_.notify_all();
 }
 
 bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& path) {

@@ -205,6 +205,13 @@ class Prefetcher {
   };
   virtual void OnOpens(const std::vector<Opened>& opens) = 0;
 
+  // Regular files a reader listed (READDIRPLUS), not read yet. A shuffled epoch's
+  // remaining set is every file known and not read this epoch; without these, the
+  // first epoch's was empty, and a latency-bound source served each file to the
+  // reader one round trip at a time. A reader lists what it means to read
+  // (torchvision's DatasetFolder lists its root when it is made).
+  virtual void OnListed(const std::vector<Opened>& files) = 0;
+
   // Replaces the plan and starts a new epoch with it (an empty plan drops it).
   void Publish(std::vector<PlannedFile> plan) {
     const uint32_t plans = plan.empty() ? 0 : 1;

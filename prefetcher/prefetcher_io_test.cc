@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "cache/testing/test_files.h"
@@ -144,6 +145,43 @@ TEST_F(PrefetcherIo, WithoutSsdTierShuffledReadaheadKeepsFirstSeenOrder) {
   const std::vector<std::string> opened = Opened();
   ASSERT_GE(opened.size(), 150u);
   EXPECT_TRUE(std::is_sorted(opened.begin(), opened.end()));
+}
+
+// The first epoch: nothing was read before it, so its remaining set is what the reader
+// listed. Once the accesses show a shuffle, readahead reads the listed files that were
+// not read yet; without the listing, it has nothing to read.
+TEST_F(PrefetcherIo, AShuffledFirstEpochReadsTheListedFilesAhead) {
+  OpenCache(0);
+  std::vector<uint32_t> shuffled(kFiles);
+  std::iota(shuffled.begin(), shuffled.end(), 0u);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(11));
+  auto first_epoch = [&](bool listed) {
+    PrefetcherOptions o;
+    o.threads = 2;
+    o.lookahead = kFiles;
+    auto p = StartPrefetcher(std::move(o));
+    if (listed) {
+      std::vector<Prefetcher::Opened> files;
+      for (uint32_t i = 0; i < kFiles; ++i) files.push_back({keys_[i], Name(i)});
+      p->OnListed(files);
+    }
+    for (uint32_t k = 0; k < 200; ++k) Access(*p, shuffled[k]);
+    EXPECT_EQ(p->Stats().epoch, 0u);
+    EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
+    WaitQuiet();
+    return p->Stats();
+  };
+  const PrefetcherStats unlisted = first_epoch(false);
+  EXPECT_EQ(unlisted.prefetched, 0u);
+  EXPECT_TRUE(Opened().empty());
+
+  const PrefetcherStats listed = first_epoch(true);
+  const std::vector<std::string> opened = Opened();
+  std::set<std::string> read(opened.begin(), opened.end());
+  for (uint32_t k = 0; k < 200; ++k) read.erase(Name(shuffled[k]));
+  EXPECT_GE(read.size(), 150u) << "the files not read yet should be read ahead";
+  EXPECT_GE(listed.prefetched, 150u);
+  EXPECT_EQ(listed.files_known, kFiles);
 }
 
 TEST_F(PrefetcherIo, ZeroThreadsReadsNothingAhead) {
