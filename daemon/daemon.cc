@@ -131,6 +131,7 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
   c.open_file_fd_reopens = fs.handle_fds().reopens();
   c.open_relookups = fs.open_relookups();
   c.open_checks = fs.open_checks();
+  c.pushes_at_open = fs.pushes_at_open();
   c.open_direct_fallbacks = fs.open_direct_fallbacks();
   c.inodes = fs.inode_count();
   if (const fs::MetadataWarmup* warmup = fs.warmup()) {

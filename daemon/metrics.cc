@@ -164,6 +164,13 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kCounter}
             .Show({.row = "source fds", .label = "opens checked only", .quiet = true}),
         open_checks);
+  visit(CounterInfo{"pushed_at_open",
+                    "Files read ahead whose bytes the open that needed them put into the "
+                    "kernel's page cache (the kernel had no inode for them when readahead "
+                    "pushed).",
+                    kCounter}
+            .Show({.row = "source fds", .label = "pushed at open", .quiet = true}),
+        pushes_at_open);
   visit(CounterInfo{"open_relookups",
                     "Opens answered ESTALE so that the kernel looked the file up again (open mode: "
                     "it changed since).",

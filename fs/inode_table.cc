@@ -277,6 +277,11 @@ bool InodeTable::KernelAttrsShow(const Inode& inode, const cache::SourceIdentity
   return *inode.kernel_attr_id == id || id.ctime_ns < inode.kernel_attr_id->ctime_ns;
 }
 
+std::optional<cache::SourceIdentity> InodeTable::KernelAttrId(const Inode& inode) const {
+  MutexLock lock(mutex_);
+  return inode.kernel_attr_id;
+}
+
 bool InodeTable::MayAskRelookup(Inode& inode, int64_t window_ns) {
   const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);

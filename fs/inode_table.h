@@ -201,6 +201,9 @@ class InodeTable {
   // says, or a newer state the mount made itself: then the size it reads with is right.
   bool KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
                        Observation seen) const;
+  // The identity the kernel's attributes of `inode` show (its last LOOKUP or CREATE
+  // reply, or the mount's own change), if any.
+  std::optional<cache::SourceIdentity> KernelAttrId(const Inode& inode) const;
   // Whether an open may answer ESTALE to have the kernel look `inode` up again: not if
   // it did so within the last `window_ns` (the kernel retries an open once; a file
   // changed again in between must not turn into an error). Records the answer.

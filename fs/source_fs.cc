@@ -485,6 +485,7 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::CheckNode(const Ino
 }
 
 Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
+  if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC)) PushBeforeOpen(nodeid);
   Result<OpenResult> opened = OpenChecked(nodeid, flags);
   if (opened.ok() && (flags & O_ACCMODE) == O_RDONLY && prefetcher_ != nullptr &&
       opens_are_accesses_.load(std::memory_order_relaxed)) {
@@ -492,6 +493,29 @@ Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
     prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino}, RelativePath(inode), 0);
   }
   return opened;
+}
+
+void SourceFs::PushBeforeOpen(uint64_t nodeid) {
+  // A file read ahead into RAM whose push found no inode in the kernel (a reader that
+  // opens by path, never listing: the kernel learns each inode from the LOOKUP right
+  // before its open). Pushed now, the open below finds the kernel holding it and only
+  // checks the source (close-to-open), and the read costs no request. Otherwise, on
+  // GlusterFS, the open opened the file there, the close flushed it (two round trips),
+  // and the READ came to the daemon.
+  PageCachePusher* pusher = pusher_.load();
+  if (pusher == nullptr) return;
+  auto inode = FindInode(nodeid);
+  if (!inode.ok() || (*inode)->is_dir || inodes_.KernelHasRead(**inode)) return;
+  // Only with no other open: then no READ of the file is in flight, holding a page
+  // lock the store would wait for on this FUSE worker.
+  if ((*inode)->open_handles.load(std::memory_order_relaxed) != 0) return;
+  // The identity the kernel's attributes show: a store never changes its size, and
+  // Push checks the source against it (and the RAM tier holds nothing else).
+  if (std::optional<cache::SourceIdentity> id = inodes_.KernelAttrId(**inode)) {
+    if (pusher->Push(*id) == prefetch::PushResult::kPushed) {
+      pushes_at_open_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 }
 
 Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {

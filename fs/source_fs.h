@@ -187,6 +187,9 @@ class SourceFs {
   uint64_t open_relookups() const { return open_relookups_.load(std::memory_order_relaxed); }
   // "open" mode: opens that only stat'ed the source file (CheckNode).
   uint64_t open_checks() const { return open_checks_.load(std::memory_order_relaxed); }
+  // Files pushed into the kernel's page cache by the open that needed them (read ahead,
+  // but their inode was not in the kernel yet when readahead pushed).
+  uint64_t pushes_at_open() const { return pushes_at_open_.load(std::memory_order_relaxed); }
   uint64_t open_direct_fallbacks() const {
     return open_direct_fallbacks_.load(std::memory_order_relaxed);
   }
@@ -239,6 +242,9 @@ class SourceFs {
   bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,
                               const struct ::stat& st) const;
   Status RefuseIfReadOnly(const char* what) const;
+  // A read-only open: pushes the file's bytes, if the RAM tier holds them and the kernel
+  // does not, before OpenChecked decides (see there).
+  void PushBeforeOpen(uint64_t nodeid);
   // ReadDir's work; the regular files emitted with `plus` are added to `listed` (null:
   // not collected).
   Status ReadDirEntries(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit,
@@ -293,6 +299,7 @@ class SourceFs {
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<uint64_t> open_relookups_{0};
   std::atomic<uint64_t> open_checks_{0};
+  std::atomic<uint64_t> pushes_at_open_{0};
   std::atomic<uint64_t> open_direct_fallbacks_{0};
   prefetch::Prefetcher* const prefetcher_;  // every demand read is reported to it; may be null
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes

@@ -484,6 +484,7 @@ const std::vector<std::string> kStatsKeys = {
     "push_errors",
     "push_not_known",
     "push_refused",
+    "pushed_at_open",
     "pushed_bytes",
     "pushed_files",
     "ram_budget_bytes",
