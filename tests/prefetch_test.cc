@@ -603,6 +603,12 @@ class PushTest : public StreamTest {
   static uint64_t Requests(const nlohmann::json& s, const char* kind) {
     return s["requests"][kind].get<uint64_t>();
   }
+  // Reads of the data set's files that reached the daemon (hits and misses of every
+  // tier; the stats file's own READs are not among them).
+  static uint64_t FileReads(const nlohmann::json& s) {
+    return s["ram_hits"].get<uint64_t>() + s["ssd_hits"].get<uint64_t>() +
+           s["misses"].get<uint64_t>();
+  }
   // Bytes of the files' pages in the kernel's page cache (mincore through the mount).
   uint64_t ResidentBytes(const std::vector<std::string>& names) {
     const long page = ::sysconf(_SC_PAGESIZE);
@@ -647,13 +653,7 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
     EXPECT_EQ(s["access_marks"], 0) << s.dump();
   }
   EXPECT_LE(s["kernel_page_bytes"].get<uint64_t>(), s["ram_bytes"].get<uint64_t>());
-  // Reads of the data set's files that reached the daemon (hits and misses of every
-  // tier; the stats file's own READs are not among them).
-  const auto file_reads = [](const nlohmann::json& j) {
-    return j["ram_hits"].get<uint64_t>() + j["ssd_hits"].get<uint64_t>() +
-           j["misses"].get<uint64_t>();
-  };
-  const uint64_t reads_before = file_reads(s);
+  const uint64_t reads_before = FileReads(s);
 
   std::map<std::string, std::string> changed;
   changed[names[10]] = RandomBytes(kSize, 700'010);
@@ -673,7 +673,7 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
   // few; in about one run in ten some 30 pushed files are read through the daemon
   // all the same (their pages gone from the kernel for a reason not found yet:
   // docs/architecture.md, "Pushed pages"), hence the bound.
-  EXPECT_LE(file_reads(s) - reads_before, 60u) << s.dump();
+  EXPECT_LE(FileReads(s) - reads_before, 60u) << s.dump();
   if (GetParam() == std::string("notify")) {
     EXPECT_GE(s["access_opens"].get<uint64_t>(), 300u) << s.dump();
   }
@@ -695,11 +695,7 @@ TEST_P(PushTest, AfterARestartAReaderThatNeverListsFindsItsFilesPushed) {
   ShuffledEpoch(names, 6);  // opens by path: no READDIR from the reader
   WaitFor(*m, "epoch_accesses", 300);
   const auto s = m->Stats();
-  const auto reads = [](const nlohmann::json& j) {
-    return j["ram_hits"].get<uint64_t>() + j["ssd_hits"].get<uint64_t>() +
-           j["misses"].get<uint64_t>();
-  };
-  EXPECT_LE(reads(s) - reads(before), 60u) << s.dump();
+  EXPECT_LE(FileReads(s) - FileReads(before), 60u) << s.dump();
   EXPECT_EQ(s["requests"]["readdirplus"].get<uint64_t>() + s["requests"]["readdir"].get<uint64_t>(),
             before["requests"]["readdirplus"].get<uint64_t>() +
                 before["requests"]["readdir"].get<uint64_t>())
@@ -722,11 +718,7 @@ TEST_P(PushTest, TheOpenPushesAFileReadAheadBeforeTheKernelKnewIt) {
   EXPECT_GE(WaitFor(*m, "prefetched", 200), 200u) << PushSummary(*m);
   auto s = m->Stats();
   ASSERT_EQ(s["pushed_files"], 0) << "the kernel knew no inode yet: " << PushSummary(*m);
-  const auto file_reads = [](const nlohmann::json& j) {
-    return j["ram_hits"].get<uint64_t>() + j["ssd_hits"].get<uint64_t>() +
-           j["misses"].get<uint64_t>();
-  };
-  const uint64_t reads_before = file_reads(s);
+  const uint64_t reads_before = FileReads(s);
 
   std::map<std::string, std::string> changed;
   changed[order[5]] = RandomBytes(kSize, 800'005);
@@ -742,7 +734,7 @@ TEST_P(PushTest, TheOpenPushesAFileReadAheadBeforeTheKernelKnewIt) {
     EXPECT_GE(s["pushed_at_open"].get<uint64_t>(), 180u) << PushSummary(*m);
     // Only the changed files (a read or two each) reached the daemon; without the
     // pushes at open, all 200.
-    EXPECT_LE(file_reads(s) - reads_before, 20u) << s.dump();
+    EXPECT_LE(FileReads(s) - reads_before, 20u) << s.dump();
   } else {
     EXPECT_EQ(s["pushed_at_open"], 0) << PushSummary(*m);
   }
@@ -932,19 +924,15 @@ TEST_P(PushTest, TheAccessWatcherPausesWhileThePageCacheHoldsEverything) {
     return m->Stats()["access_paused"] == 1;
   };
   ASSERT_TRUE(epochs_until_paused()) << m->Stats().dump();
-  const auto file_reads = [](const nlohmann::json& j) {
-    return j["ram_hits"].get<uint64_t>() + j["ssd_hits"].get<uint64_t>() +
-           j["misses"].get<uint64_t>();
-  };
   auto s = m->Stats();
   ShuffledEpoch(names, seed++);
   auto after = m->Stats();
   if (after["access_paused"] == 1) {
     EXPECT_EQ(after["access_opens"], s["access_opens"]) << after.dump();  // no events
-    EXPECT_EQ(file_reads(after), file_reads(s)) << after.dump();
+    EXPECT_EQ(FileReads(after), FileReads(s)) << after.dump();
   } else {
     // The kernel let some pages go meanwhile (a busy machine): their READs resumed it.
-    EXPECT_GT(file_reads(after), file_reads(s)) << after.dump();
+    EXPECT_GT(FileReads(after), FileReads(s)) << after.dump();
     ASSERT_TRUE(epochs_until_paused()) << m->Stats().dump();
   }
 
