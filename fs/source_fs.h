@@ -208,6 +208,12 @@ class SourceFs {
   using CheckedFolders = std::unordered_map<std::string, Status>;
   Result<prefetch::PlannedFile> ResolvePlanEntry(const std::string& path, Caller caller,
                                                  CheckedFolders* folders = nullptr) const;
+  // Lists `folder` of the source (up to `max_entries` entries), if `caller` may search
+  // it and every folder above it; nothing of the listing is returned. What for: the
+  // kernel then holds every name of the folder and its attributes, so that resolving
+  // many plan entries in it costs no round trip each on a network source (see
+  // PlanFile::PreResolve).
+  void ListPlanFolder(const std::string& folder, Caller caller, uint64_t max_entries) const;
   // The node's path relative to the source root, as last looked up.
   std::string RelativePath(const Inode& inode) const;
 

@@ -1,6 +1,7 @@
 // SourceFs: paths relative to the source root, for the plan file. Every open goes
 // through OpenBeneath (fs/open_beneath.h) from the root's O_PATH fd, so no plan entry
 // can name anything outside the source.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,7 +23,44 @@ bool MayAccess(const struct ::stat& st, Caller caller, mode_t user_bit) {
   return (st.st_mode & (user_bit >> shift)) != 0;
 }
 
+// Whether `caller` may search `folder` (relative to the source root `root`; "" is the
+// root itself), as an open() beneath it would need.
+Status CheckFolder(int root, const std::string& folder, Caller caller) {
+  struct ::stat dst {};
+  if (folder.empty()) {
+    if (::fstat(root, &dst) < 0 || !MayAccess(dst, caller, S_IXUSR)) {
+      return Status::FromErrno(EACCES, "the writer may not search the source root");
+    }
+    return Status();
+  }
+  if (::fstatat(root, folder.c_str(), &dst, AT_SYMLINK_NOFOLLOW) < 0) {
+    return Status::NotFound(fmt::format("'{}': no such folder", folder));
+  }
+  if (!S_ISDIR(dst.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a folder", folder));
+  if (!MayAccess(dst, caller, S_IXUSR)) {
+    return Status::FromErrno(EACCES, fmt::format("'{}': the writer may not search it", folder));
+  }
+  return Status();
+}
+
 }  // namespace
+
+void SourceFs::ListPlanFolder(const std::string& folder, Caller caller, uint64_t max_entries) const {
+  const int root = inodes_.root()->path_fd.get();
+  if (!CheckFolder(root, "", caller).ok()) return;
+  for (size_t slash = folder.find('/'); slash != std::string::npos; slash = folder.find('/', slash + 1)) {
+    if (!CheckFolder(root, folder.substr(0, slash), caller).ok()) return;
+  }
+  if (!folder.empty() && !CheckFolder(root, folder, caller).ok()) return;
+  auto fd = OpenBeneath(root, folder.empty() ? "." : folder, O_RDONLY | O_DIRECTORY);
+  if (!fd.ok()) return;
+  DIR* dir = ::fdopendir(fd->get());
+  if (dir == nullptr) return;
+  (void)fd->release();  // the DIR owns it now
+  for (uint64_t n = 0; n < max_entries && ::readdir(dir) != nullptr; ++n) {
+  }
+  ::closedir(dir);
+}
 
 std::string SourceFs::RelativePath(const Inode& inode) const {
   std::vector<std::string> parts;
@@ -47,27 +85,10 @@ Result<prefetch::PlannedFile> SourceFs::ResolvePlanEntry(const std::string& path
   const int root = inodes_.root()->path_fd.get();
   // The folders on the way must be searchable by the writer, as for an open(); checked
   // first, so a refused plan says nothing about what lies in a folder it cannot search.
-  auto check_folder = [&](const std::string& folder) -> Status {
-    struct ::stat dst {};
-    if (folder.empty()) {
-      if (::fstat(root, &dst) < 0 || !MayAccess(dst, caller, S_IXUSR)) {
-        return Status::FromErrno(EACCES, "the writer may not search the source root");
-      }
-      return Status();
-    }
-    if (::fstatat(root, folder.c_str(), &dst, AT_SYMLINK_NOFOLLOW) < 0) {
-      return Status::NotFound(fmt::format("'{}': no such folder", folder));
-    }
-    if (!S_ISDIR(dst.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a folder", folder));
-    if (!MayAccess(dst, caller, S_IXUSR)) {
-      return Status::FromErrno(EACCES, fmt::format("'{}': the writer may not search it", folder));
-    }
-    return Status();
-  };
   auto checked = [&](const std::string& folder) -> Status {
-    if (folders == nullptr) return check_folder(folder);
+    if (folders == nullptr) return CheckFolder(root, folder, caller);
     auto it = folders->find(folder);
-    if (it == folders->end()) it = folders->emplace(folder, check_folder(folder)).first;
+    if (it == folders->end()) it = folders->emplace(folder, CheckFolder(root, folder, caller)).first;
     return it->second;
   };
   EPOCHFS_RETURN_IF_ERROR(checked(""));
