@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <climits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -134,6 +135,7 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
   // resolved cold, 0.12 s listing included.
   std::map<std::string, uint64_t> named;  // folder -> entries in it
   for (const std::string& path : paths) {
+    if (!prefetch::PlanParser::CheckPath(path, PATH_MAX).ok()) continue;  // refused anyway
     const size_t slash = path.rfind('/');
     ++named[slash == std::string::npos ? std::string() : path.substr(0, slash)];
   }
