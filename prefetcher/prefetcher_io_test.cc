@@ -271,6 +271,34 @@ TEST_F(PrefetcherIo, APlanBeyondTheWindowIsFilledIntoTheSsdTier) {
   EXPECT_GE(s.prefetch_filled, 150u);  // this epoch's past the window (~64), and the next's 100
 }
 
+// Streaming a plan: only files the SSD tier's index holds are stat'ed for their
+// identity (on a network source each stat is a round trip, and a batch was stat'ed file
+// by file before anything was read); the rest are read from the source.
+TEST_F(PrefetcherIo, StreamingStatsOnlyWhatTheSsdTierHolds) {
+  OpenCache(64 << 20);
+  Fill({0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  PrefetcherOptions o;
+  o.threads = 2;
+  o.lookahead = 100;
+  o.stream_from_ssd = true;
+  auto p = Prefetcher::Create(std::move(o), source_, cache_.get(), policy_);
+  std::vector<PlannedFile> plan;
+  for (uint32_t i = 0; i < 100; ++i) plan.push_back(PlannedFile{Name(i), keys_[i], 4096});
+  p->Publish(std::move(plan));
+  WaitQuiet();
+  std::vector<std::string> stated = source_.stated();
+  std::sort(stated.begin(), stated.end());
+  stated.erase(std::unique(stated.begin(), stated.end()), stated.end());
+  EXPECT_FALSE(stated.empty()) << "the files the SSD tier holds were not streamed";
+  for (const std::string& name : stated) EXPECT_LT(name, Name(10)) << name << " was stat'ed";
+  std::vector<std::string> opened = Opened();
+  std::sort(opened.begin(), opened.end());
+  for (uint32_t i = 10; i < 100; ++i) {
+    EXPECT_TRUE(std::binary_search(opened.begin(), opened.end(), Name(i))) << Name(i);
+  }
+  EXPECT_GE(p->Stats().prefetched, 90u);
+}
+
 // With no SSD tier there is nowhere to fill: the window alone reads ahead.
 TEST_F(PrefetcherIo, WithoutSsdTierNothingBeyondTheWindowIsRead) {
   OpenCache(0);

@@ -21,6 +21,10 @@ Result<OpenedFile> DirSourceTree::Open(const std::string& path) const {
 }
 
 Result<cache::SourceIdentity> DirSourceTree::Stat(const std::string& path) const {
+  {
+    MutexLock lock(mu_);
+    stated_.push_back(path);
+  }
   if (root_.empty()) return Status::NotFound("no source directory");
   struct ::stat st {};
   if (::stat((root_ / path).c_str(), &st) < 0) return Status::FromErrno(errno, "stat " + path);
@@ -43,6 +47,11 @@ Result<std::vector<std::string>> DirSourceTree::ListDir(const std::string& dir) 
 std::vector<std::string> DirSourceTree::opened() const {
   MutexLock lock(mu_);
   return opened_;
+}
+
+std::vector<std::string> DirSourceTree::stated() const {
+  MutexLock lock(mu_);
+  return stated_;
 }
 
 }  // namespace epochfs::prefetch::testing

@@ -1,6 +1,7 @@
 // DirSourceTree: a SourceTree over a plain directory, for the prefetcher's tests. It
-// records the paths it was asked to open (in order) and can refuse to list, so a test
-// can see exactly what readahead fetched and keep it off sequential readahead.
+// records the paths it was asked to open and to stat (in order) and can refuse to
+// list, so a test can see exactly what readahead fetched and keep it off sequential
+// readahead.
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -27,12 +28,15 @@ class DirSourceTree final : public SourceTree {
 
   // The paths Open was called with, in call order.
   std::vector<std::string> opened() const;
+  // The paths Stat was called with, in call order.
+  std::vector<std::string> stated() const;
 
  private:
   const std::filesystem::path root_;
   const bool can_list_;
   mutable Mutex mu_;
   mutable std::vector<std::string> opened_ GUARDED_BY(mu_);
+  mutable std::vector<std::string> stated_ GUARDED_BY(mu_);
 };
 
 }  // namespace epochfs::prefetch::testing
