@@ -43,15 +43,31 @@ Status CheckFolder(int root, const std::string& folder, Caller caller) {
   return Status();
 }
 
+// Whether `caller` may search every folder on the way to `path`: the root, then each
+// folder before a '/'. `folders` (optional) remembers the answers for the next paths.
+Status CheckFoldersOnTheWay(int root, const std::string& path, Caller caller,
+                            SourceFs::CheckedFolders* folders) {
+  auto checked = [&](const std::string& folder) -> Status {
+    if (folders == nullptr) return CheckFolder(root, folder, caller);
+    auto it = folders->find(folder);
+    if (it == folders->end()) it = folders->emplace(folder, CheckFolder(root, folder, caller)).first;
+    return it->second;
+  };
+  EPOCHFS_RETURN_IF_ERROR(checked(""));
+  for (size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    EPOCHFS_RETURN_IF_ERROR(checked(path.substr(0, slash)));
+  }
+  return Status();
+}
+
 }  // namespace
 
 void SourceFs::ListPlanFolder(const std::string& folder, Caller caller, uint64_t max_entries) const {
   const int root = inodes_.root()->path_fd.get();
-  if (!CheckFolder(root, "", caller).ok()) return;
-  for (size_t slash = folder.find('/'); slash != std::string::npos; slash = folder.find('/', slash + 1)) {
-    if (!CheckFolder(root, folder.substr(0, slash), caller).ok()) return;
+  // The folder itself too: it is on the way to its entries.
+  if (!CheckFoldersOnTheWay(root, folder.empty() ? folder : folder + "/", caller, nullptr).ok()) {
+    return;
   }
-  if (!folder.empty() && !CheckFolder(root, folder, caller).ok()) return;
   auto fd = OpenBeneath(root, folder.empty() ? "." : folder, O_RDONLY | O_DIRECTORY);
   if (!fd.ok()) return;
   DIR* dir = ::fdopendir(fd->get());
@@ -85,16 +101,7 @@ Result<prefetch::PlannedFile> SourceFs::ResolvePlanEntry(const std::string& path
   const int root = inodes_.root()->path_fd.get();
   // The folders on the way must be searchable by the writer, as for an open(); checked
   // first, so a refused plan says nothing about what lies in a folder it cannot search.
-  auto checked = [&](const std::string& folder) -> Status {
-    if (folders == nullptr) return CheckFolder(root, folder, caller);
-    auto it = folders->find(folder);
-    if (it == folders->end()) it = folders->emplace(folder, CheckFolder(root, folder, caller)).first;
-    return it->second;
-  };
-  EPOCHFS_RETURN_IF_ERROR(checked(""));
-  for (size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
-    EPOCHFS_RETURN_IF_ERROR(checked(path.substr(0, slash)));
-  }
+  EPOCHFS_RETURN_IF_ERROR(CheckFoldersOnTheWay(root, path, caller, folders));
   auto fd = OpenBeneath(root, path, O_PATH);
   if (!fd.ok()) {
     if (fd.status().err() == ENOENT) return Status::NotFound(fmt::format("'{}': no such file", path));

@@ -605,6 +605,14 @@ class PushTest : public StreamTest {
   }
   // Reads of the data set's files that reached the daemon (hits and misses of every
   // tier; the stats file's own READs are not among them).
+  // Rewrites source file `name` underneath the mount with `bytes`, and records them in
+  // `changed`. `old_mtime`: an hour-old mtime put back, so that only ctime tells.
+  void ChangeUnderneath(std::map<std::string, std::string>& changed, const std::string& name,
+                        std::string bytes, bool old_mtime = false) {
+    WriteFile(src_ / name, bytes);
+    if (old_mtime) AgeFile(src_ / name, 3600);
+    changed[name] = std::move(bytes);
+  }
   static uint64_t FileReads(const nlohmann::json& s) {
     return s["ram_hits"].get<uint64_t>() + s["ssd_hits"].get<uint64_t>() +
            s["misses"].get<uint64_t>();
@@ -656,13 +664,9 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
   const uint64_t reads_before = FileReads(s);
 
   std::map<std::string, std::string> changed;
-  changed[names[10]] = RandomBytes(kSize, 700'010);
-  WriteFile(src_ / names[10], changed[names[10]]);
-  AgeFile(src_ / names[10], 3600);  // the old mtime back: only ctime tells
-  changed[names[20]] = RandomBytes(kSize + 5000, 700'020);
-  WriteFile(src_ / names[20], changed[names[20]]);
-  changed[names[30]] = "";
-  WriteFile(src_ / names[30], "");
+  ChangeUnderneath(changed, names[10], RandomBytes(kSize, 700'010), /*old_mtime=*/true);
+  ChangeUnderneath(changed, names[20], RandomBytes(kSize + 5000, 700'020));
+  ChangeUnderneath(changed, names[30], "");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
 
   ShuffledEpoch(names, 4, changed);
@@ -721,11 +725,8 @@ TEST_P(PushTest, TheOpenPushesAFileReadAheadBeforeTheKernelKnewIt) {
   const uint64_t reads_before = FileReads(s);
 
   std::map<std::string, std::string> changed;
-  changed[order[5]] = RandomBytes(kSize, 800'005);
-  WriteFile(src_ / order[5], changed[order[5]]);
-  AgeFile(src_ / order[5], 3600);  // the old mtime back: only ctime tells
-  changed[order[6]] = RandomBytes(kSize + 3000, 800'006);
-  WriteFile(src_ / order[6], changed[order[6]]);
+  ChangeUnderneath(changed, order[5], RandomBytes(kSize, 800'005), /*old_mtime=*/true);
+  ChangeUnderneath(changed, order[6], RandomBytes(kSize + 3000, 800'006));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
 
   ShuffledEpoch(names, 9, changed);  // the plan's order; opens by path, lists nothing
