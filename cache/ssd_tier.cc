@@ -14,6 +14,7 @@
 #include <set>
 #include <system_error>
 
+#include "base/thread_name.h"
 #include "cache/codec.h"
 
 namespace epochfs::cache {
@@ -742,6 +743,7 @@ SsdStats SsdTier::GetStats() const {
 // Write path: the writer thread
 
 void SsdTier::WriterLoop() {
+  NameThisThread("ssd-writer");
   MutexLock lock(queue_mu_);
   for (;;) {
     if (!queue_.empty()) {

@@ -1,4 +1,5 @@
 #include "daemon/memory_trimmer.h"
+#include "base/thread_name.h"
 
 #include <malloc.h>
 
@@ -19,6 +20,7 @@ MemoryTrimmer::~MemoryTrimmer() {
 uint64_t MemoryTrimmer::FreeHeapBytes() { return ::mallinfo2().fordblks; }
 
 void MemoryTrimmer::Loop() {
+  NameThisThread("mem-trimmer");
   // A trim leaves the free chunks in malloc's lists (only their pages go back), so the
   // free total stays high after it: trim again only once it has moved by half the slack.
   uint64_t free_at_last_trim = 0;

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -128,6 +129,7 @@ bool RequestComplete(const std::string& r) {
 }  // namespace
 
 void MetricsExporter::Serve() {
+  NameThisThread("metrics-http");
   std::vector<Client> clients;
   while (true) {
     std::vector<struct pollfd> fds = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
@@ -252,6 +254,7 @@ Status MetricsExporter::WriteTextfile() {
 }
 
 void MetricsExporter::WriteTextfileLoop() {
+  NameThisThread("metrics-file");
   bool warned = false;
   MutexLock lock(mutex_);
   while (true) {

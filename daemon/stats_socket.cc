@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/thread_name.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -91,6 +92,7 @@ StatsSocket::~StatsSocket() {
 }
 
 void StatsSocket::Serve() {
+  NameThisThread("stats-socket");
   while (true) {
     struct pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {

@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "base/thread_name.h"
 #include "fs/source_fs.h"
 #include "spdlog/spdlog.h"
 
@@ -56,6 +57,7 @@ void AccessWatcher::Watch(const Inode& dir) {
 }
 
 void AccessWatcher::Run() {
+  NameThisThread("access-watch");
   while (true) {
     struct pollfd fds[2] = {{fanotify_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) {

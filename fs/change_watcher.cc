@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "base/thread_name.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -101,6 +102,7 @@ uint64_t ChangeWatcher::watched() const {
 }
 
 void ChangeWatcher::Run() {
+  NameThisThread("change-watch");
   alignas(struct inotify_event) char buf[64 * 1024];
   struct pollfd fds[3] = {{inotify_fd_.get(), POLLIN, 0},
                           {wake_fd_.get(), POLLIN, 0},

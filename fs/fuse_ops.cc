@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace epochfs::fs {
@@ -11,7 +12,10 @@ namespace {
 FuseContext& Ctx(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
 
 // The core of the request's mount, with the request counted by kind.
+// libfuse starts its workers itself; each takes its name at its first request.
 Filesystem& Counted(fuse_req_t req, RequestKind kind) {
+  thread_local const bool named = (NameThisThread("fuse-worker"), true);
+  (void)named;
   FuseContext& ctx = Ctx(req);
   ctx.counters.Count(kind);
   return *ctx.fs;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/thread_name.h"
 #include "base/unique_fd.h"
 #include "spdlog/spdlog.h"
 
@@ -39,6 +40,7 @@ std::vector<std::string> KernelListing::FoldersOf(const std::vector<std::string>
 }
 
 void KernelListing::Run() {
+  NameThisThread("kernel-listing");
   // getdents64 straight: readdir() would add nothing but a buffer of its own.
   alignas(8) char buf[64 * 1024];
   uint64_t listed = 0, entries = 0;

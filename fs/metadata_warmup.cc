@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "base/thread_name.h"
 #include "fs/open_beneath.h"
 
 namespace epochfs::fs {
@@ -31,6 +32,7 @@ void MetadataWarmup::WaitWalked() {
 }
 
 void MetadataWarmup::Walk() {
+  NameThisThread("meta-warmup");
   for (;;) {
     {
       MutexLock lock(mu_);
@@ -53,6 +55,7 @@ void MetadataWarmup::Walk() {
 }
 
 void MetadataWarmup::Run() {
+  NameThisThread("meta-warmup");
   const auto started = std::chrono::steady_clock::now();
   table_.SetPinForgotten(true);
   {

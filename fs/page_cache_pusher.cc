@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "base/thread_name.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -191,6 +192,7 @@ void PageCachePusher::AfterWholeRead(Inode& node, const cache::SourceIdentity& f
 }
 
 void PageCachePusher::RunDrops() {
+  NameThisThread("page-drops");
   std::vector<std::pair<uint64_t, uint64_t>> batch;
   size_t from_reads = 0;
   while (true) {

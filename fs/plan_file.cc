@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -148,6 +149,7 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
     const size_t n = std::min(kResolveThreads, to_list.size());
     for (size_t t = 0; t < n; ++t) {
       listers.emplace_back([&, t] {
+        NameThisThread("plan-list");
         for (size_t i = t; i < to_list.size(); i += n) {
           fs_->ListPlanFolder(to_list[i].first, caller, kListPerEntry * to_list[i].second);
         }
@@ -161,6 +163,7 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
     std::vector<std::thread> workers;
     for (size_t t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
+        NameThisThread("plan-resolve");
         SourceFs::CheckedFolders folders;  // each thread its own: a folder is checked a few times
         for (size_t i = t; i < paths.size(); i += threads) {
           answers[t].push_back(fs_->ResolvePlanEntry(paths[i], caller, &folders));

@@ -20,6 +20,7 @@
 
 #include "base/log_limit.h"
 #include "base/thread_annotations.h"
+#include "base/thread_name.h"
 #include "prefetcher/classifier.h"
 #include "prefetcher/epoch_policy.h"
 #include "prefetcher/epoch_record.h"
@@ -810,6 +811,7 @@ std::vector<Candidate> PrefetcherImpl::TakeBatchLocked(size_t max) {
 }
 
 void PrefetcherImpl::Work(uint32_t index) {
+  NameThisThread("prefetch-" + std::to_string(index));
   // Streaming, a worker takes a batch, streams what the SSD tier holds of it in pack
   // order (no source reads: no budget to wait for), then reads the rest one file at a
   // time within the budget. Otherwise, one file at a time. A worker past `threads` (a

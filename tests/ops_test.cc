@@ -540,6 +540,26 @@ TEST_F(OpsTest, TopOnceShowsTheMount) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
+// `top -H`, `perf --sort comm` and gdb tell the daemon's threads apart by name: which
+// share of its CPU is FUSE requests, readahead, page drops or the access watcher.
+TEST_F(OpsTest, TheDaemonsThreadsAreNamedByWhatTheyDo) {
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  ASSERT_EQ(ReadFile(mnt_ / "a.txt"), "hello epochfs\n");  // a request: a worker named
+  const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
+  std::set<std::string> names;
+  for (const auto& task : fsys::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::string name = ReadFile(task.path() / "comm");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    names.insert(name);
+  }
+  std::string all;
+  for (const std::string& n : names) all += n + " ";
+  for (const char* expected : {"fuse-worker", "prefetch-0", "ssd-writer", "mem-trimmer"}) {
+    EXPECT_TRUE(names.count(expected)) << expected << " not among: " << all;
+  }
+}
+
 // Paths are bytes, not UTF-8. The stats are JSON, which must be UTF-8, and are made
 // inside a FUSE READ of .epochfs/stats: a source path or file name with invalid bytes
 // must give stats with U+FFFD in their place, never an exception in the daemon.
