@@ -102,6 +102,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> run_command;
   // For --help only: CLI11 never sees COMMAND (below).
   run->add_option("COMMAND", run_command, "The command and its arguments, verbatim (after --)");
+  // ---- python-hook (cli/run_command.h) ----
+  std::string hook_action, hook_dir, hook_python = "python3";
+  bool hook_user = false;
+  auto* python_hook = app.add_subcommand(
+      "python-hook", "Let every script a Python starts publish its DataLoader orders (no epochfs run)");
+  python_hook->add_option("ACTION", hook_action, "enable, disable or status")
+      ->required()
+      ->check(CLI::IsMember({"enable", "disable", "status"}));
+  auto* hook_user_flag =
+      python_hook->add_flag("--user", hook_user, "The user's site-packages, not the interpreter's");
+  python_hook->add_option("--dir", hook_dir, "This site-packages folder")->excludes(hook_user_flag);
+  python_hook->add_option("--python", hook_python, "The interpreter (a venv's python)")
+      ->capture_default_str();
+
   int parse_argc = argc;
   if (argc >= 2 && std::string_view(argv[1]) == "run") {
     run_command.assign(argv + 2, argv + argc);
@@ -139,6 +153,12 @@ int main(int argc, char** argv) {
   if (*run) {
     if (run_command.empty()) return Refuse("run: no COMMAND given (epochfs run -- COMMAND [ARGS...])");
     return cli::RunCommand(run_command);
+  }
+  if (*python_hook) {
+    std::vector<std::string> args = {hook_action};
+    if (hook_user) args.push_back("--user");
+    if (!hook_dir.empty()) args.insert(args.end(), {"--dir", hook_dir});
+    return cli::PythonHookCommand(hook_python, args);
   }
   if (*warm) {
     warm_options.mountpoint = warm_target;

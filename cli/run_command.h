@@ -34,4 +34,10 @@ std::string RunPythonPath(const RunHookDirs& dirs, const std::string& inherited)
 // code to use).
 int RunCommand(const std::vector<std::string>& command);
 
+// `epochfs python-hook enable|disable|status [--user | --dir DIR] [--python PY]`: the
+// same hook for every script interpreter PY starts, through a .pth file in its
+// site-packages (loader/python/epochfs_autohook.py). Execs PY on that module; returns
+// only on failure.
+int PythonHookCommand(const std::string& python, const std::vector<std::string>& args);
+
 }  // namespace epochfs::cli

@@ -32,6 +32,7 @@ need /etc/epochfs/epochfs.conf.example
 need /usr/share/doc/epochfs/operations.md
 need /usr/lib/python3/dist-packages/epochfs/__init__.py
 need /usr/lib/python3/dist-packages/epochfs/hook.py
+need /usr/lib/python3/dist-packages/epochfs_autohook.py
 need /usr/share/epochfs/python-run/sitecustomize.py
 if ! grep -q '^/usr/lib/python3/dist-packages/epochfs/_epochfs.*\.so$' "$work/contents"; then
   echo "missing from the package: the Python extension"

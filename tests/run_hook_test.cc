@@ -50,12 +50,15 @@ class RunHookTest : public MountedDirsTest {
     }
   }
 
-  // The client's per-epoch report; `wrapped`: under `epochfs run`.
-  nlohmann::json RunClient(bool wrapped, int workers, const std::string& extra = "") {
+  // The client's per-epoch report; `wrapped`: under `epochfs run`; `env`: a command
+  // that runs it with an environment of its own (env(1)).
+  nlohmann::json RunClient(bool wrapped, int workers, const std::string& extra = "",
+                           const std::vector<std::string>& env = {}) {
     std::vector<std::string> args = {"/usr/bin/python3", kClient, mnt_.string(), src_.string(),
                                      std::to_string(workers), "7", "2"};
     if (!extra.empty()) args.push_back(extra);
     if (wrapped) args.insert(args.begin(), {EPOCHFS_BINARY, "run", "--"});
+    args.insert(args.begin(), env.begin(), env.end());
     last_ = epochfs::testing::Run(args);
     EXPECT_EQ(last_.exit_code, 0) << last_.output;
     const size_t json = last_.output.find('[');
@@ -149,6 +152,77 @@ TEST_F(RunHookTest, AnUnmappableDatasetIsLeftAloneWithOneWarning) {
   const size_t first = last_.output.find(warning);
   EXPECT_NE(first, std::string::npos) << last_.output;
   EXPECT_EQ(last_.output.find(warning, first + 1), std::string::npos) << last_.output;
+}
+
+// A script started plainly (a notebook, a scheduler's fixed entry point) gets what
+// `epochfs run` gives once `epochfs python-hook enable` has put its .pth into a
+// site-packages folder of the interpreter: here the user's, under a PYTHONUSERBASE of
+// the test's own, with the built package on PYTHONPATH as an installed one would be on
+// the path. Disabled, the script is back to one ioctl per buffered open and no plan.
+TEST_F(RunHookTest, ThePythonHookReachesAScriptStartedWithoutEpochfsRun) {
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  const std::vector<std::string> env = {"/usr/bin/env",
+                                        "PYTHONUSERBASE=" + (dir_ / "userbase").string(),
+                                        std::string("PYTHONPATH=") + EPOCHFS_PYTHON_PACKAGE_DIR};
+  auto hook = [&](const std::string& action) {
+    std::vector<std::string> args = env;
+    args.insert(args.end(), {EPOCHFS_BINARY, "python-hook", action, "--user", "--python",
+                             "/usr/bin/python3"});
+    return epochfs::testing::Run(args);
+  };
+  const CommandResult before = hook("status");
+  EXPECT_EQ(before.exit_code, 0) << before.output;
+  EXPECT_NE(before.output.find("starts with the hook: no"), std::string::npos) << before.output;
+  const CommandResult enable = hook("enable");
+  ASSERT_EQ(enable.exit_code, 0) << enable.output;
+  EXPECT_NE(enable.output.find("starts with the hook: yes"), std::string::npos) << enable.output;
+
+  uint64_t published = 0;
+  nlohmann::json epochs = RunClient(/*wrapped=*/false, 2, "", env);
+  ASSERT_EQ(epochs.size(), 2u) << last_.output;
+  for (const auto& e : epochs) {
+    const auto expected = e["expected"].get<std::vector<std::string>>();
+    EXPECT_EQ(e["read"].get<std::vector<std::string>>(), expected);
+    EXPECT_TRUE(e["bytes_match"].get<bool>());
+    EXPECT_EQ(e["plans_published"].get<uint64_t>(), ++published);
+    EXPECT_EQ(e["plan_fingerprint"].get<std::string>(), Fingerprint(expected));
+    EXPECT_EQ(e["ioctls"].get<uint64_t>(), 0u);
+  }
+
+  const CommandResult disable = hook("disable");
+  EXPECT_EQ(disable.exit_code, 0) << disable.output;
+  EXPECT_NE(disable.output.find("starts with the hook: no"), std::string::npos) << disable.output;
+  epochs = RunClient(/*wrapped=*/false, 2, "", env);
+  ASSERT_EQ(epochs.size(), 2u) << last_.output;
+  for (const auto& e : epochs) {
+    EXPECT_EQ(e["read"], e["expected"]);
+    EXPECT_EQ(e["plans_published"].get<uint64_t>(), published);  // nothing new
+    EXPECT_GE(e["ioctls"].get<uint64_t>(), 30u);                 // one per buffered open
+  }
+}
+
+// `python-hook` refuses what it cannot do, with the reason.
+TEST(PythonHookCommand, BadActionsAndInterpretersAreRefusedClearly) {
+  const CommandResult bad = epochfs::testing::Run({EPOCHFS_BINARY, "python-hook", "enabel"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("enabel not in {enable,disable,status}"), std::string::npos) << bad.output;
+  const CommandResult both = epochfs::testing::Run(
+      {EPOCHFS_BINARY, "python-hook", "status", "--user", "--dir", "/tmp"});
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  const CommandResult missing = epochfs::testing::Run(
+      {EPOCHFS_BINARY, "python-hook", "status", "--python", "/nonexistent/python3"});
+  EXPECT_EQ(missing.exit_code, 127) << missing.output;
+  EXPECT_NE(missing.output.find("cannot run /nonexistent/python3"), std::string::npos)
+      << missing.output;
+  // A folder it may not write: the error names the file and says why.
+  const CommandResult readonly = epochfs::testing::Run(
+      {EPOCHFS_BINARY, "python-hook", "enable", "--dir", "/proc/epochfs-no-such-dir",
+       "--python", "/usr/bin/python3"});
+  EXPECT_EQ(readonly.exit_code, 1) << readonly.output;
+  EXPECT_NE(readonly.output.find("cannot write /proc/epochfs-no-such-dir/epochfs-autohook.pth"),
+            std::string::npos)
+      << readonly.output;
 }
 
 // A command that cannot be started: env(1)'s exit codes, and a clear message.
