@@ -47,9 +47,10 @@ mkdir "$work/clean"
 (cd "$work/clean" && PYTHONPATH="$work/root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -c "import epochfs; print('import epochfs:', epochfs.__file__); epochfs.Loader") ||
   { echo "the packaged Python package does not import"; fail=1; }
-# `epochfs run` puts the packaged hook first on the child's path.
-(cd "$work/clean" && "$work/root/usr/bin/epochfs" run -- /usr/bin/python3 -c \
-  "import sitecustomize; assert sitecustomize.__file__.startswith('$work/root/usr/share/epochfs/python-run/'), sitecustomize.__file__") ||
+# `epochfs run` puts the packaged hook first on the child's path, and the hook registers
+# the packaged epochfs_autohook (found where an installed package is: dist-packages).
+(cd "$work/clean" && PYTHONPATH="$work/root/usr/lib/python3/dist-packages" "$work/root/usr/bin/epochfs" run -- /usr/bin/python3 -c \
+  "import sitecustomize, sys, epochfs_autohook; assert sitecustomize.__file__.startswith('$work/root/usr/share/epochfs/python-run/'), sitecustomize.__file__; assert epochfs_autohook.registered()") ||
   { echo "epochfs run does not use the packaged hook"; fail=1; }
 [ $fail -eq 0 ] && echo "Debian package OK"
 exit $fail
