@@ -90,6 +90,23 @@ void WarmRecordedMetadata(const prefetch::Prefetcher& prefetcher, uint64_t ram,
   fs.WarmMetadata(std::move(paths), fs::MetadataWarmup::Options{});
 }
 
+// How long a plan's writer waits for its entries to be checked before the rest are
+// checked after publication (fs/plan_file.h). EPOCHFS_PLAN_RESOLVE_BUDGET_MS overrides
+// it (docs/operations.md): 0 checks every entry after publication (the tests of that
+// path), a large value makes every refusal fail the write, as on a fast source.
+std::chrono::milliseconds PlanResolveBudget() {
+  const char* value = std::getenv("EPOCHFS_PLAN_RESOLVE_BUDGET_MS");
+  if (value == nullptr || *value == '\0') return fs::PlanFile::kResolveBudget;
+  char* end = nullptr;
+  const long long ms = std::strtoll(value, &end, 10);
+  if (*end != '\0' || ms < 0) {
+    spdlog::warn("EPOCHFS_PLAN_RESOLVE_BUDGET_MS='{}' is not a number of milliseconds: using {} ms",
+                 value, fs::PlanFile::kResolveBudget.count());
+    return fs::PlanFile::kResolveBudget;
+  }
+  return std::chrono::milliseconds(ms);
+}
+
 MemoryPlan PlanMemory(uint64_t ram) {
   MemoryPlan plan;
   plan.write_queue = std::clamp<uint64_t>(ram / 8, 4ull << 20, 64ull << 20);
@@ -369,7 +386,8 @@ Status Daemon::Start() {
   if (!fs.ok()) return fs.status();
   fs_ = std::move(*fs);
   plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get(),
-                                          prefetch::PlanParserOptions{.max_bytes = memory_.plan});
+                                          prefetch::PlanParserOptions{.max_bytes = memory_.plan},
+                                          PlanResolveBudget());
   WarmRecordedMetadata(*prefetcher_, options.ram_budget, *fs_);
 
   control_ = std::make_unique<ControlDir>(

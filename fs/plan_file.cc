@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <map>
@@ -15,16 +16,24 @@
 namespace epochfs::fs {
 
 PlanFile::PlanFile(SourceFs* fs, prefetch::Prefetcher* prefetcher,
-                   prefetch::PlanParserOptions options)
-    : fs_(fs), prefetcher_(prefetcher), options_(options), reaper_([this] { RunReaper(); }) {}
+                   prefetch::PlanParserOptions options, std::chrono::milliseconds resolve_budget)
+    : fs_(fs),
+      prefetcher_(prefetcher),
+      options_(options),
+      resolve_budget_(resolve_budget),
+      reaper_([this] { RunReaper(); }),
+      resolver_([this] { RunResolver(); }) {}
 
 PlanFile::~PlanFile() {
   {
     MutexLock lock(mu_);
     stop_ = true;
+    stopping_ = true;
   }
   stop_cv_.notify_all();
+  pending_cv_.notify_all();
   reaper_.join();
+  resolver_.join();
 }
 
 uint64_t PlanFile::ChargedLocked(pid_t except) const {
@@ -39,7 +48,10 @@ uint64_t PlanFile::ChargedLocked(pid_t except) const {
 std::pair<std::vector<prefetch::PlannedFile>, uint32_t> PlanFile::MergeLocked() const {
   std::vector<const std::vector<prefetch::PlannedFile>*> plans;
   size_t total = 0, longest = 0;
+  uint32_t live = 0;
   for (const auto& [pid, p] : publishers_) {
+    if (!p.live()) continue;
+    ++live;  // with entries still being checked, and none checked yet, it is still a plan
     if (p.plan.empty()) continue;
     plans.push_back(&p.plan);
     total += p.plan.size();
@@ -52,7 +64,7 @@ std::pair<std::vector<prefetch::PlannedFile>, uint32_t> PlanFile::MergeLocked() 
       if (i < plan->size()) merged.push_back((*plan)[i]);
     }
   }
-  return {std::move(merged), static_cast<uint32_t>(plans.size())};
+  return {std::move(merged), live};
 }
 
 bool PlanFile::ReapLocked() {
@@ -61,7 +73,7 @@ bool PlanFile::ReapLocked() {
     const pid_t pid = it->first;
     const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
     if (gone) {
-      if (!it->second.plan.empty()) {
+      if (it->second.live()) {
         spdlog::info("plan of process {} dropped: the process is gone", pid);
         dropped = true;
       }
@@ -94,6 +106,12 @@ constexpr size_t kResolveThreads = 32;
 // folder does not read all of it).
 constexpr size_t kListFolderMin = 16;
 constexpr uint64_t kListPerEntry = 4;
+// Entries checked after publication go in chunks of at least this many, and of a
+// quarter of the plan published so far: each chunk re-merges the plans, which costs
+// their length, so the chunks grow with it.
+constexpr size_t kResolveChunk = 1024;
+
+bool Unchecked(const prefetch::PlannedFile& f) { return f.key.dev == 0 && f.key.ino == 0; }
 }  // namespace
 
 const prefetch::PlannedFile* PlanFile::Reused(const Reusable* reusable, const std::string& path) {
@@ -104,8 +122,33 @@ const prefetch::PlannedFile* PlanFile::Reused(const Reusable* reusable, const st
   return &it->second;
 }
 
+std::vector<std::optional<Result<prefetch::PlannedFile>>> PlanFile::ResolveAll(
+    const std::vector<std::string>& paths, Caller caller,
+    std::chrono::steady_clock::time_point until) {
+  std::vector<std::optional<Result<prefetch::PlannedFile>>> answers(paths.size());
+  if (paths.empty()) return answers;
+  const size_t threads =
+      std::clamp<size_t>(paths.size() / (kParallelResolveMin / 2), 1, kResolveThreads);
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      NameThisThread("plan-resolve");
+      SourceFs::CheckedFolders folders;  // each thread its own: a folder is checked a few times
+      for (size_t i = t; i < paths.size(); i += threads) {
+        if (stopping_.load(std::memory_order_relaxed) || std::chrono::steady_clock::now() >= until) {
+          return;
+        }
+        answers[i] = fs_->ResolvePlanEntry(paths[i], caller, &folders);
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  return answers;
+}
+
 PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
-                                        const Reusable* reusable) {
+                                        const Reusable* reusable,
+                                        std::chrono::steady_clock::time_point until) {
   // Distinct complete lines; the parser decides what each line is (header, entry, end)
   // and asks for the entries it reaches, in order: an answer it never asks for is
   // dropped with the map.
@@ -151,42 +194,108 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
       listers.emplace_back([&, t] {
         NameThisThread("plan-list");
         for (size_t i = t; i < to_list.size(); i += n) {
+          if (std::chrono::steady_clock::now() >= until) return;
           fs_->ListPlanFolder(to_list[i].first, caller, kListPerEntry * to_list[i].second);
         }
       });
     }
     for (std::thread& l : listers) l.join();
   }
-  const size_t threads = std::min<size_t>(kResolveThreads, paths.size() / (kParallelResolveMin / 2));
-  std::vector<std::vector<Result<prefetch::PlannedFile>>> answers(threads);
-  {
-    std::vector<std::thread> workers;
-    for (size_t t = 0; t < threads; ++t) {
-      workers.emplace_back([&, t] {
-        NameThisThread("plan-resolve");
-        SourceFs::CheckedFolders folders;  // each thread its own: a folder is checked a few times
-        for (size_t i = t; i < paths.size(); i += threads) {
-          answers[t].push_back(fs_->ResolvePlanEntry(paths[i], caller, &folders));
-        }
-      });
-    }
-    for (std::thread& w : workers) w.join();
-  }
+  std::vector<std::optional<Result<prefetch::PlannedFile>>> answers = ResolveAll(paths, caller, until);
   for (size_t i = 0; i < paths.size(); ++i) {
-    resolved.insert_or_assign(paths[i], std::move(answers[i % threads][i / threads]));
+    if (answers[i]) {
+      resolved.insert_or_assign(paths[i], std::move(*answers[i]));
+    } else {
+      resolved.erase(paths[i]);  // not reached in time: checked after publication
+    }
   }
   return resolved;
+}
+
+void PlanFile::RunResolver() {
+  NameThisThread("plan-checks");
+  MutexLock lock(mu_);
+  pid_t last = 0;  // publishers take turns, a chunk each
+  while (!stop_) {
+    auto next = publishers_.upper_bound(last);
+    for (size_t seen = 0; seen < publishers_.size(); ++seen, ++next) {
+      if (next == publishers_.end()) next = publishers_.begin();
+      if (next->second.pending_next < next->second.pending.size()) break;
+    }
+    if (publishers_.empty() || next == publishers_.end() ||
+        next->second.pending_next >= next->second.pending.size()) {
+      lock.Wait(pending_cv_);
+      continue;
+    }
+    last = next->first;
+    Publisher& job = next->second;
+    const size_t n = std::min(job.pending.size() - job.pending_next,
+                              std::max(kResolveChunk, job.plan.size() / 4));
+    std::vector<prefetch::PlannedFile> chunk(job.pending.begin() + job.pending_next,
+                                             job.pending.begin() + job.pending_next + n);
+    const uint64_t generation = job.generation;
+    const Caller caller = job.pending_for;
+    std::vector<std::string> paths;
+    for (const prefetch::PlannedFile& f : chunk) {
+      if (Unchecked(f)) paths.push_back(f.path);
+    }
+    lock.Unlock();
+    std::vector<std::optional<Result<prefetch::PlannedFile>>> answers =
+        ResolveAll(paths, caller, std::chrono::steady_clock::time_point::max());
+    lock.Lock();
+    if (stop_) break;
+    auto it = publishers_.find(last);
+    // Gone, or a newer plan replaced this one: what was checked is of no use.
+    if (it == publishers_.end() || it->second.generation != generation) continue;
+    Publisher& p = it->second;
+    size_t answer = 0;
+    uint64_t refused = 0;
+    std::string first_refusal;
+    for (prefetch::PlannedFile& f : chunk) {
+      if (Unchecked(f)) {
+        std::optional<Result<prefetch::PlannedFile>>& a = answers[answer++];
+        if (!a || !a->ok()) {
+          if (refused++ == 0 && a) first_refusal = fmt::format("'{}': {}", f.path, a->status().message());
+          continue;
+        }
+        f = std::move(**a);
+      }
+      p.plan.push_back(std::move(f));
+    }
+    p.pending_next += n;
+    if (p.pending_next >= p.pending.size()) {
+      p.pending = {};
+      p.pending_next = 0;
+    }
+    if (refused != 0) {
+      refused_late_ += refused;
+      uint64_t held_back = 0;
+      if (refusals_logged_.Allow(&held_back)) {
+        spdlog::warn("plan of process {}: {} entries left out, checked after the plan was "
+                     "published (first: {}){}",
+                     last, refused, first_refusal,
+                     held_back == 0 ? "" : fmt::format(" ({} more refusals not logged)", held_back));
+      }
+    }
+    auto [merged, plans] = MergeLocked();
+    // The same epoch: the plan only grew.
+    if (prefetcher_) prefetcher_->Publish(std::move(merged), /*new_epoch=*/false, plans);
+  }
 }
 
 Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t gid, pid_t pid) {
   // A new plan: its entries that this publisher's previous plan had are taken from it
   // while that was checked recently enough, for the same writer (see plan_file.h).
   std::shared_ptr<const Reusable> reusable;
+  // Entries this plan's writes reach by then are checked now; later ones once it is
+  // published (see plan_file.h).
+  auto until = std::chrono::steady_clock::now() + resolve_budget_;
   {
     MutexLock lock(mu_);
     if (auto it = publishers_.find(pid); it != publishers_.end()) {
       Publisher& p = it->second;
       if (offset == 0) {
+        p.resolve_until = until;
         const auto now = std::chrono::steady_clock::now();
         const bool same_writer = p.checked_for.uid == uid && p.checked_for.gid == gid;
         if (!p.plan.empty() && same_writer && now - p.checked_at < kRecheckAfter) {
@@ -201,6 +310,7 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
         }
       }
       reusable = p.reusable;
+      if (offset != 0) until = p.resolve_until;
     }
   }
   // Resolving an entry stats the source a few times; on a network filesystem each stat
@@ -208,7 +318,7 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
   // epoch waited for it). The lines of this write are resolved first, in parallel and
   // outside the lock; the parser then takes its answers from them. The first line of
   // `data` is skipped (it may continue the previous write's last line).
-  const Resolved resolved = PreResolve(data, Caller{uid, gid}, reusable.get());
+  const Resolved resolved = PreResolve(data, Caller{uid, gid}, reusable.get(), until);
   Status st;
   {
     MutexLock lock(mu_);
@@ -226,6 +336,7 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
         it = publishers_.emplace(pid, Publisher(options_)).first;
         it->second.checked_at = std::chrono::steady_clock::now();
         it->second.checked_for = Caller{uid, gid};
+        it->second.resolve_until = until;
       }
     }
     std::optional<std::vector<prefetch::PlannedFile>> published;
@@ -242,7 +353,10 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
           [&](const std::string& path) -> Result<prefetch::PlannedFile> {
             if (auto it = resolved.find(path); it != resolved.end()) return it->second;
             if (const prefetch::PlannedFile* known = Reused(reusable.get(), path)) return *known;
-            return fs_->ResolvePlanEntry(path, caller, &p.folders);
+            if (std::chrono::steady_clock::now() < until) {
+              return fs_->ResolvePlanEntry(path, caller, &p.folders);
+            }
+            return prefetch::PlannedFile{path, {}, 0};  // Unchecked: checked once published
           },
           &published);
       if (published || !p.parser.writing()) {  // the plan is done: what it checked goes
@@ -265,10 +379,20 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
         // A publisher's next plan is its next epoch; a first plan is the mount's, when
         // no other is live. Joining others' epoch changes nothing that was read.
         bool others = false;
-        for (const auto& [other, q] : publishers_) others |= other != pid && !q.plan.empty();
-        const bool new_epoch = !p.plan.empty() || !others;
+        for (const auto& [other, q] : publishers_) others |= other != pid && q.live();
+        const bool new_epoch = p.live() || !others;
         p.plan_bytes = published->empty() ? 0 : p.parser.entry_bytes();
+        // The checked entries up to the first unchecked one are published now; the rest
+        // join them as the resolver checks them, in order.
+        auto first_unchecked = std::find_if(published->begin(), published->end(), Unchecked);
+        p.pending.assign(std::make_move_iterator(first_unchecked),
+                         std::make_move_iterator(published->end()));
+        p.pending_next = 0;
+        p.pending_for = caller;
+        published->erase(first_unchecked, published->end());
         p.plan = std::move(*published);
+        ++p.generation;
+        if (!p.pending.empty()) pending_cv_.notify_one();
         auto [merged, plans] = MergeLocked();
         if (prefetcher_) prefetcher_->Publish(std::move(merged), new_epoch, plans);
       }
@@ -290,17 +414,20 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
 size_t PlanFile::live_plans() const {
   MutexLock lock(mu_);
   size_t n = 0;
-  for (const auto& [pid, p] : publishers_) n += p.plan.empty() ? 0 : 1;
+  for (const auto& [pid, p] : publishers_) n += p.live() ? 1 : 0;
   return n;
 }
 
 std::string PlanFile::Summary() const {
   const prefetch::PrefetcherStats s = prefetcher_ ? prefetcher_->Stats() : prefetch::PrefetcherStats{};
   MutexLock lock(mu_);
+  uint64_t checking = 0;
+  for (const auto& [pid, p] : publishers_) checking += p.pending.size() - p.pending_next;
   return fmt::format(
       "epochfs-plan 1\n# {} live plans, {} entries, position {}, {} plans published, {} refused, "
-      "{} entries reused\n",
-      s.plans, s.plan_entries, s.plan_position, s.plans_published, refused_, reused_.load());
+      "{} entries reused, {} entries being checked, {} entries left out after publication\n",
+      s.plans, s.plan_entries, s.plan_position, s.plans_published, refused_, reused_.load(),
+      checking, refused_late_);
 }
 
 }  // namespace epochfs::fs

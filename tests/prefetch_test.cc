@@ -196,6 +196,110 @@ TEST_P(PrefetchTest, PlanIsCheckedAgainstTheWritersPermissions) {
   EXPECT_GE(m->Stats()["plan_entries"], 400);  // with the other publishers still live
 }
 
+// Past its checking budget (0 here: as on a cold source, where each check reads a
+// folder and an inode from a slow disk) a plan is published at once, and its entries
+// are checked afterwards, in order, joining the plan as they are: the plan is followed
+// all the same. What those checks refuse (a missing file, one the writer may not read,
+// one in a folder it may not search) is left out and counted, and tells the writer no
+// more than a refusal would; the write, answered already, succeeded. A newer plan of the
+// same process makes the checks of the older one moot.
+TEST_P(PrefetchTest, APlanPastItsCheckingBudgetIsPublishedAtOnceAndCheckedAfterwards) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write as another user";
+  auto names = MakeFiles(300, 3, 64 * 1024);
+  WriteFile(src_ / "secret.bin", "top secret");
+  AgeFile(src_ / "secret.bin", 3600);
+  fsys::permissions(src_ / "secret.bin", fsys::perms::owner_read | fsys::perms::owner_write);
+  fsys::create_directory(src_ / "locked");
+  WriteFile(src_ / "locked" / "open.bin", "in a folder nobody else may search");
+  AgeFile(src_ / "locked" / "open.bin", 3600);
+  fsys::permissions(src_ / "locked", fsys::perms::owner_all);
+  fsys::permissions(dir_.path(), fsys::perms::owner_all | fsys::perms::group_read |
+                                     fsys::perms::group_exec | fsys::perms::others_read |
+                                     fsys::perms::others_exec);
+  ::setenv("EPOCHFS_PLAN_RESOLVE_BUDGET_MS", "0", 1);
+  auto m = MountIt({"--allow-other"});
+  ::unsetenv("EPOCHFS_PLAN_RESOLVE_BUDGET_MS");
+  ASSERT_TRUE(m->ok());
+  std::mt19937 rng(11);
+  std::shuffle(names.begin(), names.end(), rng);
+  std::vector<std::string> plan = names;
+  plan.insert(plan.begin() + 250, "locked/open.bin");
+  plan.insert(plan.begin() + 200, "secret.bin");
+  plan.insert(plan.begin() + 100, "no/such.bin");
+  const std::vector<std::string> later(names.begin(), names.begin() + 100);
+
+  // The publisher: a process of user nobody that lives until the test is done with its
+  // plans (a plan goes with its process). It writes a plan per byte it reads from
+  // `go`, and reports each write's errno on `done`.
+  int go[2], done[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(go[1]);
+    ::close(done[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(100);
+    char which = 0;
+    while (::read(go[0], &which, 1) == 1) {
+      const int err = which == 'a' ? WritePlan(mnt_, PlanText(plan), 1000)
+                                   : WritePlan(mnt_, PlanText(names)) |
+                                         WritePlan(mnt_, PlanText(later));
+      const char result = static_cast<char>(err);
+      if (::write(done[1], &result, 1) != 1) ::_exit(101);
+    }
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ::close(done[1]);
+  auto publish = [&](char which) {
+    char result = -1;
+    EXPECT_EQ(::write(go[1], &which, 1), 1);
+    EXPECT_EQ(::read(done[0], &result, 1), 1);
+    return static_cast<int>(result);
+  };
+
+  EXPECT_EQ(publish('a'), 0) << "the refusals come after the write";
+  EXPECT_EQ(WaitFor(*m, "plan_entries", 300), 300u) << m->Stats().dump();
+  EXPECT_EQ(m->Stats()["plans_published"], 1);
+  EXPECT_EQ(m->Stats()["pattern"], "published");
+  // The plan file's summary counts them (readable in "open" mode only: see
+  // APublishersNextPlanReusesItsPreviousChecks).
+  const bool summary_readable = std::string(GetParam()) == "open";
+  if (summary_readable) {
+    EXPECT_NE(ReadFile(mnt_ / ".epochfs" / "plan").find("3 entries left out after publication"),
+              std::string::npos)
+        << ReadFile(mnt_ / ".epochfs" / "plan");
+  }
+  EXPECT_GE(WaitFor(*m, "prefetched", 257), 257u);
+  auto before = m->Stats();
+  for (const auto& name : names) {
+    ASSERT_EQ(ReadFile(mnt_ / name).size(), 64u * 1024) << name;
+    std::this_thread::sleep_for(std::chrono::microseconds(300));  // "compute"
+  }
+  WaitFor(*m, "plan_position", 299);
+  auto after = m->Stats();
+  EXPECT_GE(after["prefetch_hits"].get<uint64_t>(), 295u) << after.dump();
+  EXPECT_LE(after["misses"].get<uint64_t>() - before["misses"].get<uint64_t>(), 5u)
+      << after.dump();
+
+  // Two plans in a row: the first one's checks, wherever they are, are dropped.
+  EXPECT_EQ(publish('b'), 0);
+  EXPECT_EQ(WaitFor(*m, "plans_published", 3), 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(m->Stats()["plan_entries"], 100) << m->Stats().dump();
+  if (summary_readable) {
+    EXPECT_NE(ReadFile(mnt_ / ".epochfs" / "plan").find("0 entries being checked"),
+              std::string::npos)
+        << ReadFile(mnt_ / ".epochfs" / "plan");
+  }
+
+  ::close(go[1]);
+  ::close(done[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 TEST_P(PrefetchTest, SequentialEpochAfterRestartIsReadAheadIntoRam) {
   auto names = MakeFiles(500, 1, 32 * 1024);
   std::sort(names.begin(), names.end());
