@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   if (*python_hook) {
     std::vector<std::string> args = {hook_action};
     if (hook_user) args.push_back("--user");
-    if (!hook_dir.empty()) args.insert(args.end(), {"--dir", hook_dir});
+    if (!hook_dir.empty()) args.push_back("--dir=" + hook_dir);  // a folder named -x too
     return cli::PythonHookCommand(hook_python, args);
   }
   if (*warm) {

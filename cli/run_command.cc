@@ -62,26 +62,20 @@ int RunCommand(const std::vector<std::string>& command) {
 
 int PythonHookCommand(const std::string& python, const std::vector<std::string>& args) {
   const RunHookDirs dirs = FindRunHookDirs();
-  // From a build tree the module is put on the path of this one command, not in
-  // PYTHONPATH: what `enable` and `status` then check a fresh interpreter for is what the
-  // scripts will see.
-  std::string bootstrap = "import sys\n";
-  if (!dirs.package.empty()) {
-    std::string quoted;
-    for (char c : dirs.package) {
-      if (c == '\\' || c == '\'') quoted += '\\';
-      quoted += c;
-    }
-    bootstrap += "sys.path.insert(0, '" + quoted + "')\n";
-  }
-  bootstrap +=
+  // From a build tree the module's folder (argv[1]; empty when installed) is put on the
+  // path of this one command, not in PYTHONPATH: what `enable` and `status` then check
+  // a fresh interpreter for is what the scripts will see.
+  const std::string bootstrap =
+      "import sys\n"
+      "if sys.argv[1]:\n"
+      "    sys.path.insert(0, sys.argv[1])\n"
       "try:\n"
       "    import epochfs_autohook\n"
       "except ImportError as e:\n"
       "    sys.exit(f'epochfs python-hook: {sys.executable} cannot import epochfs_autohook ({e}): "
       "install the epochfs Python package for it')\n"
-      "sys.exit(epochfs_autohook.main(sys.argv[1:]))\n";
-  std::vector<std::string> command = {python, "-c", bootstrap};
+      "sys.exit(epochfs_autohook.main(sys.argv[2:]))\n";
+  std::vector<std::string> command = {python, "-c", bootstrap, dirs.package};
   command.insert(command.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));

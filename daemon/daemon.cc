@@ -104,7 +104,8 @@ std::chrono::milliseconds PlanResolveBudget() {
                  value, fs::PlanFile::kResolveBudget.count());
     return fs::PlanFile::kResolveBudget;
   }
-  return std::chrono::milliseconds(ms);
+  // A day is "wait for every check"; more would overflow the deadline's clock.
+  return std::chrono::milliseconds(std::min<long long>(ms, 24LL * 3600 * 1000));
 }
 
 MemoryPlan PlanMemory(uint64_t ram) {

@@ -73,6 +73,7 @@ bool PlanFile::ReapLocked() {
     const pid_t pid = it->first;
     const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
     if (gone) {
+      SupersededLocked(it->second.generation);
       if (it->second.live()) {
         spdlog::info("plan of process {} dropped: the process is gone", pid);
         dropped = true;
@@ -106,10 +107,12 @@ constexpr size_t kResolveThreads = 32;
 // folder does not read all of it).
 constexpr size_t kListFolderMin = 16;
 constexpr uint64_t kListPerEntry = 4;
-// Entries checked after publication go in chunks of at least this many, and of a
-// quarter of the plan published so far: each chunk re-merges the plans, which costs
-// their length, so the chunks grow with it.
-constexpr size_t kResolveChunk = 1024;
+// Entries checked after publication go in chunks of a quarter of the plan published so
+// far, within these bounds: each chunk re-merges the plans (their length, under the
+// prefetcher's lock), so the chunks grow with them; and readahead sees a chunk only once
+// it is checked, so they stay small enough to come often.
+constexpr size_t kResolveChunkMin = 1024;
+constexpr size_t kResolveChunkMax = 65536;
 
 bool Unchecked(const prefetch::PlannedFile& f) { return f.key.dev == 0 && f.key.ino == 0; }
 }  // namespace
@@ -124,7 +127,7 @@ const prefetch::PlannedFile* PlanFile::Reused(const Reusable* reusable, const st
 
 std::vector<std::optional<Result<prefetch::PlannedFile>>> PlanFile::ResolveAll(
     const std::vector<std::string>& paths, Caller caller,
-    std::chrono::steady_clock::time_point until) {
+    std::chrono::steady_clock::time_point until, const std::atomic<bool>* cancel) {
   std::vector<std::optional<Result<prefetch::PlannedFile>>> answers(paths.size());
   if (paths.empty()) return answers;
   const size_t threads =
@@ -135,7 +138,9 @@ std::vector<std::optional<Result<prefetch::PlannedFile>>> PlanFile::ResolveAll(
       NameThisThread("plan-resolve");
       SourceFs::CheckedFolders folders;  // each thread its own: a folder is checked a few times
       for (size_t i = t; i < paths.size(); i += threads) {
-        if (stopping_.load(std::memory_order_relaxed) || std::chrono::steady_clock::now() >= until) {
+        if (stopping_.load(std::memory_order_relaxed) ||
+            (cancel != nullptr && cancel->load(std::memory_order_relaxed)) ||
+            std::chrono::steady_clock::now() >= until) {
           return;
         }
         answers[i] = fs_->ResolvePlanEntry(paths[i], caller, &folders);
@@ -212,37 +217,47 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
   return resolved;
 }
 
+void PlanFile::SupersededLocked(uint64_t generation) {
+  if (generation != 0 && generation == checking_generation_) cancel_chunk_ = true;
+}
+
 void PlanFile::RunResolver() {
   NameThisThread("plan-checks");
   MutexLock lock(mu_);
   pid_t last = 0;  // publishers take turns, a chunk each
   while (!stop_) {
     auto next = publishers_.upper_bound(last);
-    for (size_t seen = 0; seen < publishers_.size(); ++seen, ++next) {
+    bool found = false;
+    for (size_t seen = 0; seen < publishers_.size() && !found; ++seen, ++next) {
       if (next == publishers_.end()) next = publishers_.begin();
-      if (next->second.pending_next < next->second.pending.size()) break;
+      found = !next->second.pending.empty();
+      if (found) break;
     }
-    if (publishers_.empty() || next == publishers_.end() ||
-        next->second.pending_next >= next->second.pending.size()) {
+    if (!found) {
       lock.Wait(pending_cv_);
       continue;
     }
     last = next->first;
     Publisher& job = next->second;
-    const size_t n = std::min(job.pending.size() - job.pending_next,
-                              std::max(kResolveChunk, job.plan.size() / 4));
-    std::vector<prefetch::PlannedFile> chunk(job.pending.begin() + job.pending_next,
-                                             job.pending.begin() + job.pending_next + n);
+    const size_t n = std::min(job.pending.size(),
+                              std::clamp(job.plan.size() / 4, kResolveChunkMin, kResolveChunkMax));
+    // Taken out of `pending`: the chunk is this thread's now, and `pending` shrinks.
+    std::vector<prefetch::PlannedFile> chunk(std::make_move_iterator(job.pending.begin()),
+                                             std::make_move_iterator(job.pending.begin() + n));
+    job.pending.erase(job.pending.begin(), job.pending.begin() + n);
     const uint64_t generation = job.generation;
     const Caller caller = job.pending_for;
     std::vector<std::string> paths;
     for (const prefetch::PlannedFile& f : chunk) {
       if (Unchecked(f)) paths.push_back(f.path);
     }
+    checking_generation_ = generation;
+    cancel_chunk_ = false;
     lock.Unlock();
     std::vector<std::optional<Result<prefetch::PlannedFile>>> answers =
-        ResolveAll(paths, caller, std::chrono::steady_clock::time_point::max());
+        ResolveAll(paths, caller, std::chrono::steady_clock::time_point::max(), &cancel_chunk_);
     lock.Lock();
+    checking_generation_ = 0;
     if (stop_) break;
     auto it = publishers_.find(last);
     // Gone, or a newer plan replaced this one: what was checked is of no use.
@@ -256,16 +271,13 @@ void PlanFile::RunResolver() {
         std::optional<Result<prefetch::PlannedFile>>& a = answers[answer++];
         if (!a || !a->ok()) {
           if (refused++ == 0 && a) first_refusal = fmt::format("'{}': {}", f.path, a->status().message());
+          // Left out: no longer charged.
+          p.plan_bytes -= std::min(p.plan_bytes, prefetch::kBytesPerPlanEntry + f.path.size());
           continue;
         }
         f = std::move(**a);
       }
       p.plan.push_back(std::move(f));
-    }
-    p.pending_next += n;
-    if (p.pending_next >= p.pending.size()) {
-      p.pending = {};
-      p.pending_next = 0;
     }
     if (refused != 0) {
       refused_late_ += refused;
@@ -387,11 +399,11 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
         auto first_unchecked = std::find_if(published->begin(), published->end(), Unchecked);
         p.pending.assign(std::make_move_iterator(first_unchecked),
                          std::make_move_iterator(published->end()));
-        p.pending_next = 0;
         p.pending_for = caller;
         published->erase(first_unchecked, published->end());
         p.plan = std::move(*published);
-        ++p.generation;
+        SupersededLocked(p.generation);
+        p.generation = ++generations_;
         if (!p.pending.empty()) pending_cv_.notify_one();
         auto [merged, plans] = MergeLocked();
         if (prefetcher_) prefetcher_->Publish(std::move(merged), new_epoch, plans);
@@ -422,7 +434,7 @@ std::string PlanFile::Summary() const {
   const prefetch::PrefetcherStats s = prefetcher_ ? prefetcher_->Stats() : prefetch::PrefetcherStats{};
   MutexLock lock(mu_);
   uint64_t checking = 0;
-  for (const auto& [pid, p] : publishers_) checking += p.pending.size() - p.pending_next;
+  for (const auto& [pid, p] : publishers_) checking += p.pending.size();
   return fmt::format(
       "epochfs-plan 1\n# {} live plans, {} entries, position {}, {} plans published, {} refused, "
       "{} entries reused, {} entries being checked, {} entries left out after publication\n",

@@ -51,6 +51,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -109,15 +110,14 @@ class PlanFile {
     // The plan being written is checked as it is written until this moment; later
     // entries are checked after it is published (see the top of this file).
     std::chrono::steady_clock::time_point resolve_until{};
-    // The published plan's entries not checked yet (from `pending_next` on), in plan
-    // order, for `pending_for`; an entry with key {0, 0} is not checked (a checked one
-    // may follow: taken from the previous plan). `generation` counts publications, so
-    // that checks made for a plan since replaced are dropped.
-    std::vector<prefetch::PlannedFile> pending;
-    size_t pending_next = 0;
+    // The published plan's entries not checked yet, in plan order, for `pending_for`;
+    // an entry with key {0, 0} is not checked (a checked one may follow: taken from the
+    // previous plan). `generation` names the publication (unique in the PlanFile, also
+    // across a reused pid), so that checks made for a plan since replaced are dropped.
+    std::deque<prefetch::PlannedFile> pending;
     Caller pending_for;
     uint64_t generation = 0;
-    bool live() const { return !plan.empty() || pending_next < pending.size(); }
+    bool live() const { return !plan.empty() || !pending.empty(); }
   };
   // The merged order of every live plan, and how many there are.
   std::pair<std::vector<prefetch::PlannedFile>, uint32_t> MergeLocked() const REQUIRES(mu_);
@@ -128,10 +128,13 @@ class PlanFile {
   Resolved PreResolve(std::string_view data, Caller caller, const Reusable* reusable,
                       std::chrono::steady_clock::time_point until);
   // `paths` resolved by up to kResolveThreads threads, in order; an entry not reached
-  // before `until` (or before the PlanFile stops) is nullopt.
+  // before `until`, before the PlanFile stops or before `*cancel` is set is nullopt.
   std::vector<std::optional<Result<prefetch::PlannedFile>>> ResolveAll(
       const std::vector<std::string>& paths, Caller caller,
-      std::chrono::steady_clock::time_point until);
+      std::chrono::steady_clock::time_point until, const std::atomic<bool>* cancel = nullptr);
+  // A publisher's plan of generation `generation` is replaced or gone: a chunk of it being
+  // checked now stops.
+  void SupersededLocked(uint64_t generation) REQUIRES(mu_);
   // Checks published plans' pending entries, a chunk at a time (see the top of the file).
   void RunResolver();
   // `path`'s entry in `reusable` (may be null), counted as reused; null if none.
@@ -153,6 +156,9 @@ class PlanFile {
   std::atomic<bool> stopping_{false};  // stop_, for resolvers that do not hold mu_
   std::condition_variable stop_cv_;
   std::condition_variable pending_cv_;  // a plan with pending entries was published
+  uint64_t generations_ GUARDED_BY(mu_) = 0;
+  uint64_t checking_generation_ GUARDED_BY(mu_) = 0;  // of the chunk being checked; 0: none
+  std::atomic<bool> cancel_chunk_{false};
   // Anyone allowed to write the plan can cause a refusal: 5 lines per minute at most
   // (all are counted in the summary).
   LogLimiter refusals_logged_{5, std::chrono::minutes(1)};

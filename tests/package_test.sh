@@ -34,6 +34,7 @@ need /usr/lib/python3/dist-packages/epochfs/__init__.py
 need /usr/lib/python3/dist-packages/epochfs/hook.py
 need /usr/lib/python3/dist-packages/epochfs_autohook.py
 need /usr/share/epochfs/python-run/sitecustomize.py
+need /usr/share/epochfs/python-run/epochfs_autohook.py
 if ! grep -q '^/usr/lib/python3/dist-packages/epochfs/_epochfs.*\.so$' "$work/contents"; then
   echo "missing from the package: the Python extension"
   fail=1
@@ -48,9 +49,9 @@ mkdir "$work/clean"
   /usr/bin/python3 -c "import epochfs; print('import epochfs:', epochfs.__file__); epochfs.Loader") ||
   { echo "the packaged Python package does not import"; fail=1; }
 # `epochfs run` puts the packaged hook first on the child's path, and the hook registers
-# the packaged epochfs_autohook (found where an installed package is: dist-packages).
-(cd "$work/clean" && PYTHONPATH="$work/root/usr/lib/python3/dist-packages" "$work/root/usr/bin/epochfs" run -- /usr/bin/python3 -c \
-  "import sitecustomize, sys, epochfs_autohook; assert sitecustomize.__file__.startswith('$work/root/usr/share/epochfs/python-run/'), sitecustomize.__file__; assert epochfs_autohook.registered()") ||
+# the epochfs_autohook packaged beside it.
+(cd "$work/clean" && "$work/root/usr/bin/epochfs" run -- /usr/bin/python3 -c \
+  "import sitecustomize, epochfs_autohook; assert sitecustomize.__file__.startswith('$work/root/usr/share/epochfs/python-run/'), sitecustomize.__file__; assert epochfs_autohook.__file__.startswith('$work/root/usr/share/epochfs/python-run/'), epochfs_autohook.__file__; assert epochfs_autohook.registered()") ||
   { echo "epochfs run does not use the packaged hook"; fail=1; }
 [ $fail -eq 0 ] && echo "Debian package OK"
 exit $fail

@@ -227,6 +227,15 @@ TEST_P(PrefetchTest, APlanPastItsCheckingBudgetIsPublishedAtOnceAndCheckedAfterw
   plan.insert(plan.begin() + 200, "secret.bin");
   plan.insert(plan.begin() + 100, "no/such.bin");
   const std::vector<std::string> later(names.begin(), names.begin() + 100);
+  // Files no plan of the publisher named yet: checked after publication, not taken from
+  // its previous plan.
+  std::vector<std::string> fresh;
+  for (int i = 0; i < 150; ++i) {
+    fresh.push_back("fresh/g" + std::to_string(i) + ".bin");
+    fsys::create_directories(src_ / "fresh");
+    WriteFile(src_ / fresh.back(), RandomBytes(1000, 1000 + i));
+    AgeFile(src_ / fresh.back(), 3600);
+  }
 
   // The publisher: a process of user nobody that lives until the test is done with its
   // plans (a plan goes with its process). It writes a plan per byte it reads from
@@ -242,7 +251,7 @@ TEST_P(PrefetchTest, APlanPastItsCheckingBudgetIsPublishedAtOnceAndCheckedAfterw
     char which = 0;
     while (::read(go[0], &which, 1) == 1) {
       const int err = which == 'a' ? WritePlan(mnt_, PlanText(plan), 1000)
-                                   : WritePlan(mnt_, PlanText(names)) |
+                                   : WritePlan(mnt_, PlanText(fresh)) |
                                          WritePlan(mnt_, PlanText(later));
       const char result = static_cast<char>(err);
       if (::write(done[1], &result, 1) != 1) ::_exit(101);
@@ -282,7 +291,8 @@ TEST_P(PrefetchTest, APlanPastItsCheckingBudgetIsPublishedAtOnceAndCheckedAfterw
   EXPECT_LE(after["misses"].get<uint64_t>() - before["misses"].get<uint64_t>(), 5u)
       << after.dump();
 
-  // Two plans in a row: the first one's checks, wherever they are, are dropped.
+  // Two plans in a row, the first of files checked after publication: its checks,
+  // wherever they are, are dropped, and nothing of it joins the second.
   EXPECT_EQ(publish('b'), 0);
   EXPECT_EQ(WaitFor(*m, "plans_published", 3), 3u);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

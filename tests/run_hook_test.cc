@@ -157,14 +157,15 @@ TEST_F(RunHookTest, AnUnmappableDatasetIsLeftAloneWithOneWarning) {
 // A script started plainly (a notebook, a scheduler's fixed entry point) gets what
 // `epochfs run` gives once `epochfs python-hook enable` has put its .pth into a
 // site-packages folder of the interpreter: here the user's, under a PYTHONUSERBASE of
-// the test's own, with the built package on PYTHONPATH as an installed one would be on
-// the path. Disabled, the script is back to one ioctl per buffered open and no plan.
+// the test's own. Python reads a user's .pth before the system's site-packages are on
+// its path, so the .pth loads the hook by its absolute path (here the build tree's,
+// with no PYTHONPATH at all). Disabled, the script is back to one ioctl per buffered
+// open and no plan.
 TEST_F(RunHookTest, ThePythonHookReachesAScriptStartedWithoutEpochfsRun) {
   Mount m(src_, mnt_, cache_);
   ASSERT_TRUE(m.ok()) << m.output();
-  const std::vector<std::string> env = {"/usr/bin/env",
-                                        "PYTHONUSERBASE=" + (dir_ / "userbase").string(),
-                                        std::string("PYTHONPATH=") + EPOCHFS_PYTHON_PACKAGE_DIR};
+  const std::vector<std::string> env = {"/usr/bin/env", "-u", "PYTHONPATH",
+                                        "PYTHONUSERBASE=" + (dir_ / "userbase").string()};
   auto hook = [&](const std::string& action) {
     std::vector<std::string> args = env;
     args.insert(args.end(), {EPOCHFS_BINARY, "python-hook", action, "--user", "--python",

@@ -11,34 +11,44 @@ CMD) gets the same from a .pth file in its interpreter's site-packages:
     epochfs python-hook disable
 
 (or `python3 -m epochfs_autohook enable|status|disable`). Python runs the .pth line at
-every start; it only registers an import hook, so a Python that never imports
-torch.utils.data pays one failed comparison per import and imports nothing. Once the
-script imports torch.utils.data, epochfs.hook.install() runs, exactly as under
+every start: it loads this file by its absolute path (a user's site-packages is read
+before the system's are on the path) and registers an import hook, nothing else. So a
+Python that never imports torch.utils.data pays the load of one small module (it
+imports only os and sys, which every start has) and one comparison per import:
+measured, `python3 -c pass` took 17.9 ms with the .pth against 15.0 ms without. Once
+the script imports torch.utils.data, epochfs.hook.install() runs, exactly as under
 `epochfs run`. Its data sets off epochfs mounts are left alone (hook.py).
 
 This module stands alone on purpose: the epochfs package imports torch, which no
 interpreter start may pay for. `EPOCHFS_RUN_HOOK=0` in the environment turns both the
 .pth and `epochfs run` off for one command.
 """
-import argparse
-import importlib.abc
 import os
-import subprocess
 import sys
-import sysconfig
 
 _TARGET = "torch.utils.data.dataloader"
 PTH_NAME = "epochfs-autohook.pth"
-# One line: a .pth line that starts with "import" is executed. A module that has gone
-# (the package was removed, the .pth left behind) must not print an error at every start.
-PTH_LINE = ('import importlib.util as _epochfs_u; '
-            '_epochfs_u.find_spec("epochfs_autohook") is not None and '
-            '__import__("epochfs_autohook").register("site hook")\n')
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of torch.utils.data.dataloader so that
-    epochfs.hook installs itself right after that module has run."""
+def pth_line(module_file):
+    """The .pth line that loads `module_file` (this module, by absolute path) and
+    registers the hook. A .pth line that starts with "import" is executed. It uses no
+    import machinery (importing importlib.util alone took 4.4 ms of every start): the
+    module needs only os and sys. A module that has gone (the package removed, the .pth left
+    behind) must not make every start print an error, so its existence is checked
+    first; one loaded already is left as it is."""
+    return ("import os, sys; _f = %r; "
+            "_m = os.path.exists(_f) and 'epochfs_autohook' not in sys.modules and "
+            "type(sys)('epochfs_autohook'); "
+            "_m and (setattr(_m, '__file__', _f), sys.modules.__setitem__('epochfs_autohook', _m), "
+            "exec(compile(open(_f, 'rb').read(), _f, 'exec'), _m.__dict__), "
+            "_m.register('site hook'))\n") % module_file
+
+
+class _AfterImport:
+    """A meta path finder that finds nothing itself: it wraps the loader of
+    torch.utils.data.dataloader so that epochfs.hook installs itself right after that
+    module has run."""
 
     def __init__(self, origin):
         self.origin = origin
@@ -57,6 +67,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             def exec_and_hook(module, exec_module=exec_module, origin=self.origin):
                 exec_module(module)
                 try:
+                    _make_package_importable()
                     import epochfs.hook
                     epochfs.hook.install()
                 except Exception as e:  # never break the script's start
@@ -65,6 +76,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             spec.loader.exec_module = exec_and_hook
             return spec
         return None
+
+
+def _make_package_importable():
+    """The epochfs package lives beside this module (dist-packages, or the build tree's
+    loader/python): where this module was loaded by path, that folder may not be on the
+    path."""
+    import importlib.util
+    if importlib.util.find_spec("epochfs") is None:
+        sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
 
 def register(origin="site hook"):
@@ -86,12 +106,14 @@ def _site_dir(args):
     if args.user:
         import site
         return site.getusersitepackages()
+    import sysconfig
     return sysconfig.get_paths()["purelib"]
 
 
 def _fresh_interpreter_registers():
     """Whether a new start of this interpreter registers the hook (the .pth ran and
     found this module), as the scripts it starts will see it."""
+    import subprocess
     env = {k: v for k, v in os.environ.items() if k != "EPOCHFS_RUN_HOOK"}
     probe = ("import sys; print(any(type(f).__name__ == '_AfterImport' and "
              "type(f).__module__ == 'epochfs_autohook' for f in sys.meta_path))")
@@ -100,6 +122,7 @@ def _fresh_interpreter_registers():
 
 
 def main(argv=None):
+    import argparse
     parser = argparse.ArgumentParser(
         prog="epochfs python-hook",
         description="Make unmodified torch DataLoader scripts publish their epoch order to "
@@ -118,7 +141,8 @@ def main(argv=None):
             os.makedirs(folder, exist_ok=True)
             tmp = pth + ".tmp"
             with open(tmp, "w") as f:
-                f.write(PTH_LINE)
+                f.write(pth_line(os.path.abspath(__file__)))
+            os.chmod(tmp, 0o644)  # every user's Python reads it, whatever the umask
             os.replace(tmp, pth)
         except OSError as e:
             print(f"epochfs python-hook: cannot write {pth}: {e.strerror}"
@@ -139,10 +163,8 @@ def main(argv=None):
     active = _fresh_interpreter_registers()
     print(f"{sys.executable} starts with the hook: {'yes' if active else 'no'}")
     if args.action == "enable" and not active:
-        print(f"epochfs python-hook: the .pth is written, but {sys.executable} does not import "
-              "epochfs_autohook by itself: install the epochfs Python package where it looks "
-              "(cmake --install, the .deb), or give its scripts a PYTHONPATH that holds it",
-              file=sys.stderr)
+        print(f"epochfs python-hook: the .pth is written, but a new {sys.executable} does not "
+              f"register the hook: does it read {folder} (python -m site)?", file=sys.stderr)
         return 1
     if args.action == "disable" and active:
         print("epochfs python-hook: another .pth (or sitecustomize) still installs it for "

@@ -1,10 +1,10 @@
 """Loaded by every Python that `epochfs run` starts (this folder leads its PYTHONPATH).
 
-It registers epochfs_autohook, which installs epochfs.hook (every torch DataLoader
-publishes each epoch's order to its epochfs mount) the moment the script imports
-torch.utils.data, and not before: a Python that never imports torch pays nothing. Then
-it runs the sitecustomize this one hides (Debian's), so the interpreter starts as it
-would without `epochfs run`.
+It registers epochfs_autohook (a copy of which sits in this folder), which installs
+epochfs.hook (every torch DataLoader publishes each epoch's order to its epochfs mount)
+the moment the script imports torch.utils.data, and not before: a Python that never
+imports torch pays nothing. Then it runs the sitecustomize this one hides (Debian's),
+so the interpreter starts as it would without `epochfs run`.
 """
 import importlib.machinery
 import importlib.util
@@ -13,12 +13,9 @@ import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
-try:
+if os.environ.get("EPOCHFS_RUN_HOOK", "1") != "0":
     import epochfs_autohook
     epochfs_autohook.register("epochfs run")
-except ImportError as e:  # never break the script's start
-    sys.stderr.write(f"epochfs run: the DataLoader hook is not installed: {e!r} "
-                     "(this Python does not find the epochfs package)\n")
 
 
 def _run_hidden_sitecustomize():
