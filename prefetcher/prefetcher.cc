@@ -70,6 +70,10 @@ constexpr auto kRecordPeriod = std::chrono::seconds(30);
 // re-measured every kRatePeriod and smoothed.
 constexpr double kLeadSeconds = 1.0;
 constexpr uint32_t kMinWindow = 16;
+// What a batch of readahead takes from being taken to being pushed (stats, a pack read,
+// checksums, stores): the files the reader reads in that time are left to it when
+// readahead is behind (NextInOrderLocked).
+constexpr double kConcedeSeconds = 0.005;
 constexpr auto kRatePeriod = std::chrono::milliseconds(250);
 // Files a worker takes at once to stream from the SSD tier: about 7 MB of 110 KB
 // samples, i.e. two 4 MiB runs when they lie together in a pack.
@@ -642,6 +646,13 @@ std::optional<size_t> PrefetcherImpl::FirstToFetchLocked(const std::vector<uint3
 
 std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uint32_t>& order,
                                                            size_t* next, size_t cursor) {
+  // Behind the reader, the files right past it are its own: a batch taken from there is
+  // overtaken (the reader reads its files first, through FUSE, and the readahead's work
+  // on them is lost), and on 2 cores that lost work kept readahead behind for whole
+  // epochs. Readahead starts where it can arrive first, leaving the reader what it
+  // reads meanwhile; once ahead, this changes nothing.
+  const size_t concede = static_cast<size_t>(std::ceil(access_rate_ * kConcedeSeconds));
+  if (access_rate_ > 0 && *next < cursor + 1 + concede) *next = cursor + 1 + concede;
   const std::optional<size_t> i = FirstToFetchLocked(order, next, cursor);
   if (!i) return std::nullopt;
   const auto& [key, path] = catalog_[order[*i]];

@@ -317,3 +317,43 @@ TEST_F(PrefetcherIo, WithoutSsdTierNothingBeyondTheWindowIsRead) {
 
 }  // namespace
 }  // namespace epochfs::prefetch
+
+namespace epochfs::prefetch {
+namespace {
+
+// Behind a reader that goes faster than readahead can follow (here it was reading
+// thousands of files a second when the plan came), the files right past the reader are
+// its own: fetched, they would be overtaken and the work lost, which on a busy machine
+// kept readahead behind for whole epochs (docs/benchmarks.md). Readahead starts where it
+// arrives first.
+TEST_F(PrefetcherIo, BehindTheReaderReadaheadStartsWhereItArrivesFirst) {
+  OpenCache(0);
+  PrefetcherOptions o;
+  o.threads = 1;
+  auto p = StartPrefetcher(std::move(o));
+  // The reader's rate, measured over files the plan does not name.
+  std::vector<uint32_t> warm(200);
+  std::iota(warm.begin(), warm.end(), 200u);
+  std::shuffle(warm.begin(), warm.end(), std::mt19937(9));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
+  for (size_t k = 0; std::chrono::steady_clock::now() < until; ++k) {
+    Access(*p, warm[k % warm.size()]);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const double rate = p->Stats().access_rate;
+  ASSERT_GT(rate, 1000.0) << "the reader's rate was not measured";
+  std::vector<PlannedFile> plan;
+  for (uint32_t i = 0; i < 200; ++i) plan.push_back(PlannedFile{Name(i), keys_[i], 4096});
+  p->Publish(std::move(plan));
+  WaitQuiet();
+  const std::vector<std::string> opened = Opened();
+  auto fetched = [&](uint32_t i) {
+    return std::find(opened.begin(), opened.end(), Name(i)) != opened.end();
+  };
+  // At least rate x 5 ms: 5 files and more.
+  for (uint32_t i = 0; i < 5; ++i) EXPECT_FALSE(fetched(i)) << Name(i) << " at " << rate << " files/s";
+  EXPECT_TRUE(fetched(150)) << "readahead followed the plan past the reader";
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
