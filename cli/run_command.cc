@@ -39,6 +39,22 @@ std::string RunPythonPath(const RunHookDirs& dirs, const std::string& inherited)
   return path;
 }
 
+namespace {
+
+// Replaces this process with `command`; returns only if that fails, with env(1)'s exit
+// code (127: not found, 126: not executable) after saying why.
+int Exec(const std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int err = errno;
+  std::cerr << "epochfs: error: cannot run " << command[0] << ": " << std::strerror(err) << "\n";
+  return err == ENOENT ? 127 : 126;
+}
+
+}  // namespace
+
 int RunCommand(const std::vector<std::string>& command) {
   if (command.empty()) return Refuse("run needs a COMMAND (epochfs run -- python train.py)");
   const RunHookDirs dirs = FindRunHookDirs();
@@ -51,13 +67,7 @@ int RunCommand(const std::vector<std::string>& command) {
     const std::string path = RunPythonPath(dirs, inherited ? inherited : "");
     ::setenv("PYTHONPATH", path.c_str(), 1);
   }
-  std::vector<char*> argv;
-  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  ::execvp(argv[0], argv.data());
-  const int err = errno;
-  std::cerr << "epochfs: error: cannot run " << command[0] << ": " << std::strerror(err) << "\n";
-  return err == ENOENT ? 127 : 126;
+  return Exec(command);
 }
 
 int PythonHookCommand(const std::string& python, const std::vector<std::string>& args) {
@@ -77,13 +87,7 @@ int PythonHookCommand(const std::string& python, const std::vector<std::string>&
       "sys.exit(epochfs_autohook.main(sys.argv[2:]))\n";
   std::vector<std::string> command = {python, "-c", bootstrap, dirs.package};
   command.insert(command.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  ::execvp(argv[0], argv.data());
-  const int err = errno;
-  std::cerr << "epochfs: error: cannot run " << python << ": " << std::strerror(err) << "\n";
-  return err == ENOENT ? 127 : 126;
+  return Exec(command);
 }
 
 }  // namespace epochfs::cli

@@ -28,7 +28,7 @@ PlanFile::~PlanFile() {
   {
     MutexLock lock(mu_);
     stop_ = true;
-    stopping_ = true;
+    cancel_chunk_ = true;  // a chunk being checked stops (set under mu_: see RunResolver)
   }
   stop_cv_.notify_all();
   pending_cv_.notify_all();
@@ -114,6 +114,11 @@ constexpr uint64_t kListPerEntry = 4;
 constexpr size_t kResolveChunkMin = 1024;
 constexpr size_t kResolveChunkMax = 65536;
 
+// The end of a refusal's log line: how many the LogLimiter held back since the last one.
+std::string NotLogged(uint64_t held_back) {
+  return held_back == 0 ? "" : fmt::format(" ({} more refusals not logged)", held_back);
+}
+
 bool Unchecked(const prefetch::PlannedFile& f) { return f.key.dev == 0 && f.key.ino == 0; }
 }  // namespace
 
@@ -138,8 +143,7 @@ std::vector<std::optional<Result<prefetch::PlannedFile>>> PlanFile::ResolveAll(
       NameThisThread("plan-resolve");
       SourceFs::CheckedFolders folders;  // each thread its own: a folder is checked a few times
       for (size_t i = t; i < paths.size(); i += threads) {
-        if (stopping_.load(std::memory_order_relaxed) ||
-            (cancel != nullptr && cancel->load(std::memory_order_relaxed)) ||
+        if ((cancel != nullptr && cancel->load(std::memory_order_relaxed)) ||
             std::chrono::steady_clock::now() >= until) {
           return;
         }
@@ -228,10 +232,10 @@ void PlanFile::RunResolver() {
   while (!stop_) {
     auto next = publishers_.upper_bound(last);
     bool found = false;
-    for (size_t seen = 0; seen < publishers_.size() && !found; ++seen, ++next) {
+    for (size_t seen = 0; seen < publishers_.size() && !found; ++seen) {
       if (next == publishers_.end()) next = publishers_.begin();
       found = !next->second.pending.empty();
-      if (found) break;
+      if (!found) ++next;
     }
     if (!found) {
       lock.Wait(pending_cv_);
@@ -285,8 +289,7 @@ void PlanFile::RunResolver() {
       if (refusals_logged_.Allow(&held_back)) {
         spdlog::warn("plan of process {}: {} entries left out, checked after the plan was "
                      "published (first: {}){}",
-                     last, refused, first_refusal,
-                     held_back == 0 ? "" : fmt::format(" ({} more refusals not logged)", held_back));
+                     last, refused, first_refusal, NotLogged(held_back));
       }
     }
     auto [merged, plans] = MergeLocked();
@@ -415,9 +418,7 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
     uint64_t held_back = 0;
     if (refusals_logged_.Allow(&held_back)) {
       spdlog::warn("plan refused (uid {}, pid {}): {}; the previous plan stays{}", uid, pid,
-                   st.message(),
-                   held_back == 0 ? ""
-                                  : fmt::format(" ({} more refusals not logged)", held_back));
+                   st.message(), NotLogged(held_back));
     }
   }
   return st;  // EACCES for a file the writer may not read, EINVAL for everything else

@@ -128,7 +128,8 @@ class PlanFile {
   Resolved PreResolve(std::string_view data, Caller caller, const Reusable* reusable,
                       std::chrono::steady_clock::time_point until);
   // `paths` resolved by up to kResolveThreads threads, in order; an entry not reached
-  // before `until`, before the PlanFile stops or before `*cancel` is set is nullopt.
+  // before `until`, or before `*cancel` is set (a superseded chunk, the PlanFile
+  // stopping), is nullopt.
   std::vector<std::optional<Result<prefetch::PlannedFile>>> ResolveAll(
       const std::vector<std::string>& paths, Caller caller,
       std::chrono::steady_clock::time_point until, const std::atomic<bool>* cancel = nullptr);
@@ -153,11 +154,11 @@ class PlanFile {
   uint64_t refused_late_ GUARDED_BY(mu_) = 0;  // entries left out after publication
   std::atomic<uint64_t> reused_{0};  // entries taken from a previous plan unchecked
   bool stop_ GUARDED_BY(mu_) = false;
-  std::atomic<bool> stopping_{false};  // stop_, for resolvers that do not hold mu_
   std::condition_variable stop_cv_;
   std::condition_variable pending_cv_;  // a plan with pending entries was published
   uint64_t generations_ GUARDED_BY(mu_) = 0;
   uint64_t checking_generation_ GUARDED_BY(mu_) = 0;  // of the chunk being checked; 0: none
+  // Set, under mu_, to stop the chunk being checked (superseded, or the PlanFile stops).
   std::atomic<bool> cancel_chunk_{false};
   // Anyone allowed to write the plan can cause a refusal: 5 lines per minute at most
   // (all are counted in the summary).
