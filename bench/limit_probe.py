@@ -9,7 +9,9 @@ bytes instead of JPEGs, on the local disk): a plain copy, then epochfs (``--ram`
 the limit), each for a few shuffled epochs with 4 raw readers in the group; ``--plan``
 publishes each epochfs epoch's order first. ``--perf`` records one steady epoch with
 ``perf record -a`` and splits the machine's CPU by thread name (the daemon names its
-threads: docs/operations.md, "Where the daemon's CPU goes").
+threads: docs/operations.md, "Where the daemon's CPU goes"), with each thread's top
+functions. ``EPOCHFS_PROBE_PERF_DATA=FILE`` keeps the recording, and
+``EPOCHFS_PROBE_PERF_CALLGRAPH=1`` records call graphs too (``perf report -i FILE``).
 
 ``restart``: the same data set on an ext4 image throttled to 300 read IOPS (bios, as the
 cgroup-v1 throttle counts them), cached by epochfs, then the page cache dropped and
@@ -164,8 +166,9 @@ class Probe:
 
     def cpu_split(self, epoch: int) -> tuple[dict, dict]:
         """One epoch under `perf record -a`; the samples' shares by thread name."""
-        data = os.path.join(self.work, "perf.data")
-        perf = subprocess.Popen(["perf", "record", "-a", "-F", "999", "-o", data],
+        data = os.environ.get("EPOCHFS_PROBE_PERF_DATA", os.path.join(self.work, "perf.data"))
+        callgraph = ["-g"] if os.environ.get("EPOCHFS_PROBE_PERF_CALLGRAPH") else []
+        perf = subprocess.Popen(["perf", "record", "-a", "-F", "999", "-o", data] + callgraph,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         row = self.epoch(self.mnt, epoch)
@@ -181,6 +184,20 @@ class Probe:
             name = re.sub(r"-\d+$", "-N", m.group(2))  # prefetch-N: the workers together
             name = {"swapper": "idle", "python3": "readers (python3)"}.get(name, name)
             shares[name] = round(shares.get(name, 0.0) + float(m.group(1)), 1)
+        # What each thread spends it on: the top functions (kernel and user) per thread name.
+        out = run(["perf", "report", "-i", data, "--no-children", "--sort", "comm,sym", "--stdio", "-g", "none"],
+                  timeout=300).stdout
+        symbols: dict[str, dict[str, float]] = {}
+        for line in out.splitlines():
+            m = re.match(r"\s+([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$", line)
+            if not m:
+                continue
+            name = re.sub(r"-\d+$", "-N", m.group(2))
+            name = {"swapper": "idle", "python3": "readers (python3)"}.get(name, name)
+            per = symbols.setdefault(name, {})
+            per[m.group(3)] = round(per.get(m.group(3), 0.0) + float(m.group(1)), 2)
+        self.top_symbols = {name: dict(sorted(per.items(), key=lambda kv: -kv[1])[:15])
+                            for name, per in symbols.items() if name != "idle"}
         return row, dict(sorted(shares.items(), key=lambda kv: -kv[1]))
 
     # -- modes ------------------------------------------------------------------------------
@@ -199,6 +216,7 @@ class Probe:
                     self.publish(e)
                 if a.perf and e == a.epochs:
                     row, doc["cpu_split"] = self.cpu_split(e)
+                    doc["top_functions_by_thread"] = self.top_symbols
                 else:
                     row = self.epoch(self.mnt, e)
                 doc["epochfs"].append(row)

@@ -222,6 +222,11 @@ class CacheImpl final : public Cache {
   Status Flush() override { return ssd_ ? ssd_->Flush() : Status::Ok(); }
 
   CacheStats Stats() const override;
+  void SetRamBudget(uint64_t bytes) override { ram_->SetBudget(bytes); }
+  RamUse RamUsage() const override {
+    const RamTier::Stats ram = ram_->GetStats();
+    return RamUse{.budget = ram.budget, .bytes = ram.bytes, .kernel_bytes = ram.kernel_bytes};
+  }
 
  private:
   uint64_t ChunksOf(const SourceIdentity& file) const {
@@ -565,6 +570,7 @@ CacheStats CacheImpl::Stats() const {
   s.ram_bytes = ram.bytes;
   s.ram_entries = ram.entries;
   s.ram_evictions = ram.evictions;
+  s.ram_budget = ram.budget;
   s.kernel_bytes = ram.kernel_bytes;
   s.kernel_entries = ram.kernel_entries;
   s.kernel_drops = ram.kernel_drops;

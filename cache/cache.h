@@ -187,6 +187,7 @@ struct CacheStats {
   uint64_t misses = 0, miss_bytes = 0;
   uint64_t source_reads = 0, source_bytes = 0;
   uint64_t ram_bytes = 0, ram_entries = 0, ram_evictions = 0;
+  uint64_t ram_budget = 0;  // the RAM tier's budget now (Cache::SetRamBudget)
   // Of ram_bytes: what the bytes moved into the kernel's page cache are charged
   // (MoveToKernel), how many chunks they are, and how many had their pages dropped
   // when they left the tier.
@@ -204,6 +205,13 @@ struct CacheStats {
   // Names each counter for the stats snapshot and Prometheus (base/counters.h), the
   // SSD tier's through SsdStats::VisitCounters.
   void VisitCounters(const CounterVisitor& visit) const;
+};
+
+// What the RAM tier holds against its budget, read together (Cache::RamUsage).
+struct RamUse {
+  uint64_t budget = 0;
+  uint64_t bytes = 0;         // charged, kernel entries included
+  uint64_t kernel_bytes = 0;  // of bytes: pages pushed into the kernel (not the daemon's RSS)
 };
 
 class Cache {
@@ -270,6 +278,11 @@ class Cache {
   virtual Status Flush() = 0;
 
   virtual CacheStats Stats() const = 0;
+  // The RAM tier's budget is now `bytes` (CacheOptions::ram_budget at first). Lowered
+  // below what it holds, the tier evicts at once, dropping the kernel's pages of what
+  // it pushed (RamTier::SetBudget).
+  virtual void SetRamBudget(uint64_t bytes) = 0;
+  virtual RamUse RamUsage() const = 0;
 };
 
 }  // namespace epochfs::cache

@@ -57,6 +57,7 @@ class SharedPolicy final : public EvictionPolicy {
   bool AdmitWhenFull(const ChunkKey& key, uint64_t bytes) override {
     return policy_->AdmitWhenFull(key, bytes);
   }
+  void OnBudget(uint64_t bytes) override { policy_->OnBudget(bytes); }
 
  private:
   std::shared_ptr<EvictionPolicy> policy_;

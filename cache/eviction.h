@@ -62,6 +62,9 @@ class EvictionPolicy {
   virtual std::optional<ChunkKey> Victim() = 0;
   // Whether an entry of `bytes` bytes that does not fit may evict others to get in.
   virtual bool AdmitWhenFull(const ChunkKey& key, uint64_t bytes) = 0;
+  // The tier's budget is now `bytes` (RamTier::SetBudget); for a policy that answers
+  // questions about room outside the tier's calls.
+  virtual void OnBudget(uint64_t bytes) {}
 };
 
 // Least recently inserted-or-accessed goes first; everything is admitted.

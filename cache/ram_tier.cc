@@ -6,8 +6,8 @@ namespace epochfs::cache {
 
 RamTier::RamTier(uint64_t budget_bytes, std::unique_ptr<EvictionPolicy> policy,
                  KernelDrop drop_kernel_pages)
-    : budget_(budget_bytes),
-      drop_kernel_pages_(std::move(drop_kernel_pages)),
+    : drop_kernel_pages_(std::move(drop_kernel_pages)),
+      budget_(budget_bytes),
       policy_(std::move(policy)) {}
 
 void RamTier::EraseLocked(Map::iterator it, Released* released, bool kernel_lost) {
@@ -75,11 +75,12 @@ std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdent
 
 bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
   const uint64_t need = Charge(bytes);
-  if (need > budget_ || bytes.owner == nullptr) return false;
+  if (bytes.owner == nullptr) return false;
   Released released;  // freed and reported after the lock is dropped
   bool inserted = false;
   {
     MutexLock lock(mu_);
+    if (need > budget_) return false;
     // A kernel entry of the same identity is being replaced by what a read brought: the
     // kernel lost those pages (that is why the read came).
     if (auto it = entries_.find(key); it != entries_.end()) {
@@ -210,6 +211,28 @@ bool RamTier::HasRoomFor(uint64_t bytes) const {
   return bytes_ + bytes + kEntryOverheadBytes <= budget_;
 }
 
+void RamTier::SetBudget(uint64_t bytes) {
+  Released released;
+  {
+    MutexLock lock(mu_);
+    budget_ = bytes;
+    policy_->OnBudget(bytes);
+    while (bytes_ > budget_ && !entries_.empty()) {
+      std::optional<ChunkKey> victim = policy_->Victim();
+      auto it = victim ? entries_.find(*victim) : entries_.end();
+      if (it == entries_.end()) it = entries_.begin();
+      EraseLocked(it, &released);
+      ++evictions_;
+    }
+  }
+  Finish(released);
+}
+
+uint64_t RamTier::budget() const {
+  MutexLock lock(mu_);
+  return budget_;
+}
+
 void RamTier::EraseFile(uint64_t dev, uint64_t ino) {
   Released released;
   {
@@ -226,8 +249,8 @@ void RamTier::EraseFile(uint64_t dev, uint64_t ino) {
 
 RamTier::Stats RamTier::GetStats() const {
   MutexLock lock(mu_);
-  return Stats{bytes_, entries_.size(), evictions_, stale_, kernel_bytes_, kernel_entries_,
-               kernel_drops_};
+  return Stats{bytes_,         entries_.size(),  evictions_,   stale_,
+               kernel_bytes_,  kernel_entries_,  kernel_drops_, budget_};
 }
 
 }  // namespace epochfs::cache

@@ -93,6 +93,13 @@ class RamTier {
   bool HoldsBytes(const ChunkKey& key, const SourceIdentity& id) const;
   bool HasRoomFor(uint64_t bytes) const;
 
+  // The budget is now `bytes`. Lowered below what the tier holds, it evicts at once (the
+  // policy's victims, then in key order where the policy names none) and drops the
+  // kernel's pages of what it evicts: the budget bounds memory, so it is kept now, not
+  // at the next insert. The policy hears of it (EvictionPolicy::OnBudget).
+  void SetBudget(uint64_t bytes);
+  uint64_t budget() const;
+
   // Drops every chunk of file (dev, ino).
   void EraseFile(uint64_t dev, uint64_t ino);
 
@@ -104,6 +111,7 @@ class RamTier {
     uint64_t kernel_bytes = 0;    // charged for kernel entries (included in bytes)
     uint64_t kernel_entries = 0;
     uint64_t kernel_drops = 0;    // kernel entries that left and had their pages dropped
+    uint64_t budget = 0;
   };
   Stats GetStats() const;
 
@@ -135,9 +143,9 @@ class RamTier {
   // (an entry being resized). Returns whether they fit.
   bool MakeRoomLocked(uint64_t need, const ChunkKey* keep, Released* released) REQUIRES(mu_);
 
-  const uint64_t budget_;
   const KernelDrop drop_kernel_pages_;
   mutable Mutex mu_;
+  uint64_t budget_ GUARDED_BY(mu_);
   Map entries_ GUARDED_BY(mu_);
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   uint64_t bytes_ GUARDED_BY(mu_) = 0;

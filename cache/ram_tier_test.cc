@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace epochfs::cache {
 namespace {
 
@@ -221,6 +223,49 @@ TEST(RamTierTest, ACopyForTheKernelKeepsTheBytesAndIsMadeOnceUntilARead) {
   tier.CopyNotTaken(Key(1), Id(1));  // the kernel refused it (no inode yet)
   EXPECT_TRUE(tier.TakeCopyForKernel(Key(1), Id(1)));
   EXPECT_FALSE(tier.TakeCopyForKernel(Key(1), Id(2)));  // another identity: nothing
+}
+
+
+// A budget lowered below what the tier holds is kept at once: the policy's victims go
+// (kernel entries with their pages dropped), and where the policy names none (the
+// static policy never does) they go in key order all the same. Raised, it admits more.
+TEST(RamTierTest, ALoweredBudgetEvictsAtOnceAndARaisedOneAdmitsMore) {
+  ChunkBytes sample = Bytes(4096);  // a whole page: pushing it costs no more room
+  const uint64_t charge = RamTier::Charge(sample);
+  std::vector<uint64_t> dropped;
+  RamTier tier(4 * charge, NewLruPolicy(), [&](uint64_t, uint64_t ino) { dropped.push_back(ino); });
+  for (uint64_t i = 1; i <= 4; ++i) ASSERT_TRUE(tier.Insert(Key(i), Id(i), Bytes(4096)));
+  ASSERT_TRUE(tier.TakeForKernel(Key(1), Id(1)));  // 1, the least recent, is in the kernel
+  EXPECT_EQ(tier.budget(), 4 * charge);
+
+  tier.SetBudget(2 * charge);
+  RamTier::Stats s = tier.GetStats();
+  EXPECT_LE(s.bytes, 2 * charge);
+  EXPECT_EQ(s.budget, 2 * charge);
+  EXPECT_EQ(s.evictions, 2u);
+  EXPECT_FALSE(tier.Contains(Key(2)));  // least recent first (the push made 1 recent)
+  EXPECT_FALSE(tier.Contains(Key(3)));
+  EXPECT_FALSE(tier.HasRoomFor(4096));
+  tier.SetBudget(charge);
+  EXPECT_FALSE(tier.Contains(Key(4)));
+  EXPECT_TRUE(tier.Contains(Key(1)));
+  EXPECT_TRUE(dropped.empty());
+  tier.SetBudget(0);
+  EXPECT_EQ(tier.GetStats().entries, 0u);
+  EXPECT_EQ(dropped, std::vector<uint64_t>{1});  // the pushed one's pages, dropped
+
+  tier.SetBudget(5 * charge);
+  for (uint64_t i = 5; i <= 9; ++i) ASSERT_TRUE(tier.Insert(Key(i), Id(i), Bytes(4096)));
+  EXPECT_EQ(tier.GetStats().evictions, 4u);
+  EXPECT_EQ(tier.GetStats().entries, 5u);
+
+  RamTier fixed(3 * charge, NewStaticPolicy());
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(fixed.Insert(Key(i), Id(i), Bytes(4096)));
+  fixed.SetBudget(charge);
+  EXPECT_LE(fixed.GetStats().bytes, charge);
+  fixed.SetBudget(0);
+  EXPECT_EQ(fixed.GetStats().entries, 0u);
+  EXPECT_FALSE(fixed.Insert(Key(9), Id(9), Bytes(1)));
 }
 
 }  // namespace

@@ -141,7 +141,8 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
   c.cache = fs.cache().Stats();
   const MemoryPlan memory = PlanMemory(options.ram_budget);
   c.ram_budget_bytes = options.ram_budget;
-  c.ram_tier_budget_bytes = memory.ram_tier;
+  c.ram_tier_budget_bytes = c.cache.ram_budget;
+  c.ram_tier_share_bytes = memory.ram_tier;
   c.ssd_write_queue_bytes = memory.write_queue;
   c.ssd_budget_bytes = options.disk_budget;
   c.open_file_fds = fs.handle_fds().open();
@@ -379,6 +380,9 @@ Status Daemon::Start() {
                                              cache_.get(), ram_policy_);
 
   memory_trimmer_ = std::make_unique<MemoryTrimmer>(std::chrono::seconds(2), 8ull << 20);
+  // The shares above are ceilings: the tier gets what the rest leaves unused.
+  ram_balancer_ = std::make_unique<RamBalancer>(*cache_, options.ram_budget, memory_.ram_tier,
+                                                std::chrono::milliseconds(250));
 
   SourceFsOptions fs_options;
   fs_options.read_only = options.read_only;

@@ -27,6 +27,7 @@
 #include "cache/cache.h"
 #include "cache/eviction.h"
 #include "daemon/memory_trimmer.h"
+#include "daemon/ram_balancer.h"
 #include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/service_notify.h"
@@ -142,6 +143,7 @@ class Daemon {
   // Its workers stop before the cache flushes.
   std::unique_ptr<prefetch::Prefetcher> prefetcher_;
   std::unique_ptr<MemoryTrimmer> memory_trimmer_;
+  std::unique_ptr<RamBalancer> ram_balancer_;
   std::unique_ptr<fs::SourceFs> fs_;
   std::unique_ptr<fs::PlanFile> plan_file_;
   fs::FuseContext ctx_;

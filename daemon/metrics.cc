@@ -137,9 +137,18 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "RAM tier", .label = "budget", .unit = kBytes}),
         ram_budget_bytes);
   visit(
-      CounterInfo{"ram_tier_budget_bytes", "The part of --ram the RAM tier may fill.", kGauge}.Show(
+      CounterInfo{"ram_tier_budget_bytes",
+                  "The part of --ram the RAM tier may fill now: its own share, and what the "
+                  "rest of the daemon leaves unused.",
+                  kGauge}.Show(
           {.row = "RAM tier", .label = "for the tier", .unit = kBytes}),
       ram_tier_budget_bytes);
+  visit(CounterInfo{"ram_tier_share_bytes",
+                    "The RAM tier's own share of --ram: its budget while the rest of the daemon "
+                    "uses all of theirs.",
+                    kGauge}
+            .Show({.row = "RAM tier", .label = "its share", .unit = kBytes}),
+        ram_tier_share_bytes);
   visit(CounterInfo{"ssd_write_queue_bytes",
                     "The part of --ram for chunks on their way to the SSD tier.", kGauge}
             .Show({.row = "SSD writes", .label = "queue", .unit = kBytes}),

@@ -41,7 +41,8 @@ struct MountCounters {
   const fs::RequestCounters* requests = nullptr;  // null: every kind 0
   cache::CacheStats cache;
   uint64_t ram_budget_bytes = 0;       // --ram
-  uint64_t ram_tier_budget_bytes = 0;  // the part of --ram the RAM tier gets
+  uint64_t ram_tier_budget_bytes = 0;  // the part of --ram the RAM tier may fill now
+  uint64_t ram_tier_share_bytes = 0;   // its own share: the least it gets (daemon/ram_balancer.h)
   uint64_t ssd_write_queue_bytes = 0;  // the part of --ram for chunks on their way to SSD
   uint64_t ssd_budget_bytes = 0;       // --disk
   uint64_t open_file_fds = 0, open_file_fds_max = 0, open_file_fd_reopens = 0;

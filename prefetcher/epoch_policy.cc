@@ -79,6 +79,11 @@ bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) {
   return RankLocked(file) < by_rank_.rbegin()->first;
 }
 
+void EpochPolicy::OnBudget(uint64_t bytes) {
+  MutexLock lock(mu_);
+  budget_ = bytes;
+}
+
 uint32_t EpochPolicy::Displaceable(const FileKey& file, uint32_t limit) {
   MutexLock lock(mu_);
   uint32_t n = 0;

@@ -47,7 +47,8 @@ namespace epochfs::prefetch {
 
 class EpochPolicy final : public cache::EvictionPolicy {
  public:
-  // `budget_bytes` is the RAM tier's budget (for WouldAdmit).
+  // `budget_bytes` is the RAM tier's budget (for WouldAdmit and Displaceable), until
+  // the tier says another (OnBudget).
   explicit EpochPolicy(uint64_t budget_bytes) : budget_(budget_bytes) {}
 
   // The file was read (on demand) in the current epoch.
@@ -73,6 +74,7 @@ class EpochPolicy final : public cache::EvictionPolicy {
   void OnErase(const cache::ChunkKey& key) override;
   std::optional<cache::ChunkKey> Victim() override;
   bool AdmitWhenFull(const cache::ChunkKey& key, uint64_t bytes) override;
+  void OnBudget(uint64_t bytes) override;
 
  private:
   static constexpr uint64_t kUnplanned = uint64_t{1} << 62;
@@ -87,8 +89,8 @@ class EpochPolicy final : public cache::EvictionPolicy {
   // on in this epoch.
   void FreshRanksLocked() REQUIRES(mu_);
 
-  const uint64_t budget_;
   mutable Mutex mu_;
+  uint64_t budget_ GUARDED_BY(mu_);
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   uint64_t read_seq_ GUARDED_BY(mu_) = 0;
   std::unordered_map<FileKey, uint64_t, FileKeyHash> read_ GUARDED_BY(mu_);  // file -> read seq

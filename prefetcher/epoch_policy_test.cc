@@ -80,5 +80,22 @@ TEST(EpochPolicy, ReadsMarkedWhileNoDecisionNeededRanksStillCount) {
   EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{4, 1, 2, 3}));
 }
 
+// The tier's budget moves (daemon/ram_balancer.h): readahead's room follows it.
+TEST(EpochPolicy, RoomFollowsTheTiersBudget) {
+  EpochPolicy policy(2 * 100);
+  policy.OnInsert(C(1), 100);
+  policy.OnInsert(C(2), 100);
+  // Full of unplanned unread files, which another of the same rank may not displace.
+  EXPECT_EQ(policy.Displaceable(F(9), 10), 0u);
+  EXPECT_FALSE(policy.WouldAdmit(F(9), 100));
+  policy.OnBudget(5 * 100);
+  EXPECT_TRUE(policy.WouldAdmit(F(9), 300));
+  EXPECT_FALSE(policy.WouldAdmit(F(9), 301));
+  EXPECT_EQ(policy.Displaceable(F(9), 10), 3u);  // room for three of the average 100 bytes
+  policy.OnBudget(100);
+  EXPECT_EQ(policy.Displaceable(F(9), 10), 0u);
+  EXPECT_FALSE(policy.WouldAdmit(F(9), 1));
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch

@@ -499,6 +499,7 @@ const std::vector<std::string> kStatsKeys = {
     "ram_hit_bytes",
     "ram_hits",
     "ram_tier_budget_bytes",
+    "ram_tier_share_bytes",
     "read_only",
     "read_pages_dropped",
     "read_pages_moved",

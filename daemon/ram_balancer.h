@@ -1,0 +1,69 @@
+// RamBalancer: gives the RAM tier the part of --ram that the rest of the daemon leaves
+// unused.
+//
+// --ram bounds what the daemon holds: its resident set plus the pages it pushed into the
+// kernel's page cache. PlanMemory (daemon.cc) splits it up front: the RAM tier gets what
+// is left after a share each for the SSD write queue, the stream buffers, the index, the
+// prefetcher's file table and the plan. Those shares are ceilings, and most of the time
+// most of them are unused: in a steady epoch under a memory limit (bench/limit_probe.py,
+// --ram 168 MiB) the daemon's resident set was 50-60 MiB and its pushed pages 89 MiB,
+// so a fifth of --ram held nothing, while the tier, whose size bounds how many files
+// can be pushed ahead of a shuffled reader, was full.
+//
+// So every period this thread measures what the rest of the daemon holds now (its
+// resident set, less the tier's own bytes in it) and
+// sets the tier's budget to --ram less that and less a margin, never below the tier's
+// fixed share. When the rest grows (a new data set fills the write queue), the next
+// period takes the room back: the tier evicts at once, dropping pushed pages
+// (Cache::SetRamBudget). Between two periods the daemon can exceed --ram by what the rest
+// grew in one period; the margin absorbs the usual part of that.
+//
+// Thread-safety: the object owns one thread; Step() may also be called directly (tests)
+// while that thread is not running (period zero).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "cache/cache.h"
+
+namespace epochfs::daemon {
+
+class RamBalancer {
+ public:
+  // `ram` is --ram; `floor` the tier's fixed share (its budget until the first step).
+  // A zero `period` starts no thread.
+  RamBalancer(cache::Cache& cache, uint64_t ram, uint64_t floor,
+              std::chrono::milliseconds period);
+  ~RamBalancer();
+  RamBalancer(const RamBalancer&) = delete;
+  RamBalancer& operator=(const RamBalancer&) = delete;
+
+  // The tier's budget when the rest of the daemon holds `others` bytes.
+  static uint64_t BudgetFor(uint64_t ram, uint64_t floor, uint64_t others);
+  // Kept free of --ram: a sixteenth, 4 to 64 MiB.
+  static uint64_t MarginFor(uint64_t ram);
+
+  // Measures once and sets the tier's budget; returns it.
+  uint64_t Step();
+
+  // The daemon's resident bytes now (/proc/self/statm).
+  static uint64_t ResidentBytes();
+
+ private:
+  void Loop();
+
+  cache::Cache& cache_;
+  const uint64_t ram_;
+  const uint64_t floor_;
+  const std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;  // last: started when everything above is ready
+};
+
+}  // namespace epochfs::daemon

@@ -1,0 +1,100 @@
+#include "daemon/ram_balancer.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cache/testing/test_files.h"
+
+namespace epochfs::daemon {
+namespace {
+
+using cache::testing::OpenSource;
+using cache::testing::OpenSourceFile;
+using cache::testing::RandomBytes;
+using cache::testing::TempDir;
+using cache::testing::WriteFile;
+constexpr uint64_t kMiB = 1ull << 20;
+
+TEST(RamBalancer, TheTierGetsWhatTheRestLeavesBeyondAMarginButNeverLessThanItsShare) {
+  const uint64_t ram = 256 * kMiB;
+  ASSERT_EQ(RamBalancer::MarginFor(ram), 16 * kMiB);
+  EXPECT_EQ(RamBalancer::MarginFor(16 * kMiB), 4 * kMiB);
+  EXPECT_EQ(RamBalancer::MarginFor(8ull << 30), 64 * kMiB);
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 0), 240 * kMiB);
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 100 * kMiB), 140 * kMiB);
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 200 * kMiB), 100 * kMiB);  // its share
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 1ull << 40), 100 * kMiB);
+}
+
+// Memory the rest of the daemon holds, as a write queue filling up would: touched
+// anonymous pages, mapped directly so that no allocator keeps them after.
+class Held {
+ public:
+  explicit Held(uint64_t bytes) : bytes_(bytes) {
+    p_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p_ != MAP_FAILED) std::memset(p_, 1, bytes_);
+  }
+  ~Held() { Release(); }
+  bool ok() const { return p_ != MAP_FAILED; }
+  void Release() {
+    if (p_ != MAP_FAILED) ::munmap(p_, bytes_);
+    p_ = MAP_FAILED;
+  }
+
+ private:
+  uint64_t bytes_;
+  void* p_;
+};
+
+// A real cache and this process's real resident set: the tier's budget grows into what
+// the rest leaves, shrinks (evicting at once) when the rest grows, and grows back.
+TEST(RamBalancer, TheTierGivesRoomBackWhenTheRestGrowsAndTakesItAgainAfter) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "src");
+  std::vector<OpenSource> files;
+  for (int i = 0; i < 40; ++i) WriteFile(dir / "src" / std::to_string(i), RandomBytes(kMiB, i));
+  cache::testing::WaitUntilFilesSettle();
+  for (int i = 0; i < 40; ++i) files.push_back(OpenSourceFile(dir / "src" / std::to_string(i)));
+  cache::CacheOptions o;
+  o.cache_dir = dir / "cache";
+  o.ram_budget = 8 * kMiB;  // the tier's own share
+  o.disk_budget = 0;
+  o.chunk_size = kMiB;
+  auto opened = cache::Cache::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  cache::Cache& cache = **opened;
+
+  const uint64_t ram = RamBalancer::ResidentBytes() + 160 * kMiB;
+  ASSERT_GT(ram, 160 * kMiB) << "no /proc/self/statm";
+  RamBalancer balancer(cache, ram, 8 * kMiB, std::chrono::milliseconds(0));
+  const uint64_t roomy = balancer.Step();
+  // The rest is this process as it is now: the tier gets the 160 MiB less the margin
+  // (10 MiB), give or take what the resident set moved since.
+  EXPECT_GT(roomy, 120 * kMiB);
+  EXPECT_LE(roomy, ram - RamBalancer::MarginFor(ram));
+  EXPECT_EQ(cache.RamUsage().budget, roomy);
+  for (const OpenSource& f : files) ASSERT_TRUE(cache.Read(f.file, 0, kMiB).ok());
+  ASSERT_GE(cache.RamUsage().bytes, 36 * kMiB);  // all 40 fit now, past its own share
+
+  // The rest grows by 128 MiB: the tier's budget falls below what it holds, and it
+  // evicts at once. (Its own bytes are in the resident set too: they are not the rest's.)
+  Held held(128 * kMiB);
+  ASSERT_TRUE(held.ok());
+  const uint64_t tight = balancer.Step();
+  EXPECT_LT(tight, 36 * kMiB);
+  EXPECT_GE(tight, 8 * kMiB);
+  EXPECT_LE(cache.RamUsage().bytes, tight);
+  EXPECT_GT(cache.Stats().ram_evictions, 0u);
+
+  held.Release();
+  const uint64_t again = balancer.Step();
+  EXPECT_GT(again, tight + 64 * kMiB);
+}
+
+}  // namespace
+}  // namespace epochfs::daemon
