@@ -158,11 +158,25 @@ class Probe:
             os.close(fd)
         return time.monotonic() - t0, self.bios() - b0
 
+    def stats(self) -> dict:
+        with open(os.path.join(self.mnt, ".epochfs", "stats")) as f:
+            return json.load(f)
+
     def epoch(self, root: str, epoch: int) -> dict:
         b0 = self.bios()
+        mounted = root == self.mnt
+        s0 = self.stats() if mounted else {}
         r = run_epoch(root, self.manifest, readers=4, seed=1234, epoch=epoch, child_setup=self.join)
-        return {"epoch": epoch, "files_per_s": round(r.files_per_s, 1), "seconds": round(r.seconds, 3),
-                "throttled_bios": self.bios() - b0}
+        row = {"epoch": epoch, "files_per_s": round(r.files_per_s, 1), "seconds": round(r.seconds, 3),
+               "throttled_bios": self.bios() - b0}
+        if mounted:  # what the daemon did for it, and its memory at the end (--ram's promise)
+            s1 = self.stats()
+            row.update({"pushed_files": s1["pushed_files"] - s0["pushed_files"],
+                        "reads": s1["requests"]["read"] - s0["requests"]["read"],
+                        "daemon_rss_bytes": s1["daemon_rss_bytes"],
+                        "pushed_page_bytes": s1["kernel_page_bytes"],
+                        "ram_tier_budget_bytes": s1.get("ram_tier_budget_bytes")})
+        return row
 
     def cpu_split(self, epoch: int) -> tuple[dict, dict]:
         """One epoch under `perf record -a`; the samples' shares by thread name."""
@@ -224,7 +238,8 @@ class Probe:
         finally:
             self.umount()
         steady = lambda rows: statistics.mean(r["files_per_s"] for r in rows[1:])  # noqa: E731
-        doc["epochfs_x_copy"] = round(steady(doc["epochfs"]) / steady(doc["copy"]), 2)
+        if a.epochs > 1:
+            doc["epochfs_x_copy"] = round(steady(doc["epochfs"]) / steady(doc["copy"]), 2)
         return doc
 
     def restart(self) -> dict:

@@ -555,7 +555,7 @@ TEST_F(OpsTest, TheDaemonsThreadsAreNamedByWhatTheyDo) {
   }
   std::string all;
   for (const std::string& n : names) all += n + " ";
-  for (const char* expected : {"fuse-worker", "prefetch-0", "ssd-writer", "mem-trimmer"}) {
+  for (const char* expected : {"fuse-worker", "prefetch-0", "ssd-writer", "mem-trimmer", "ram-balance"}) {
     EXPECT_TRUE(names.count(expected)) << expected << " not among: " << all;
   }
 }
