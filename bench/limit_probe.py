@@ -302,7 +302,7 @@ def main() -> int:
         probe.cleanup()
     commit = run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
     doc = {"tool": "bench/limit_probe.py", "mode": a.mode, "plan": a.plan, "started": started.isoformat(),
-           "commit": commit, "files": len(probe.manifest), "data_bytes": probe.data,
+           "commit": commit, "epochfs_binary": a.epochfs, "files": len(probe.manifest), "data_bytes": probe.data,
            "memory_limit_bytes": probe.limit, "epochfs_ram_bytes": probe.ram, **doc}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"limit_probe_{a.mode}{'_plan' if a.plan else ''}.json")
