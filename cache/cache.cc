@@ -225,7 +225,19 @@ class CacheImpl final : public Cache {
   void SetRamBudget(uint64_t bytes) override { ram_->SetBudget(bytes); }
   RamUse RamUsage() const override {
     const RamTier::Stats ram = ram_->GetStats();
-    return RamUse{.budget = ram.budget, .bytes = ram.bytes, .kernel_bytes = ram.kernel_bytes};
+    // A kernel entry's charge is its pages, which the kernel holds, and its bookkeeping,
+    // which the daemon does.
+    const uint64_t pages = ram.kernel_bytes - ram.kernel_entries * RamTier::kEntryOverheadBytes;
+    return RamUse{.budget = ram.budget, .bytes = ram.bytes, .resident = ram.bytes - pages};
+  }
+  bool HoldsInKernel(const SourceIdentity& file) const override {
+    const uint64_t chunks = ChunksOf(file);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      if (!ram_->HoldsKernelEntry(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
+        return false;
+      }
+    }
+    return chunks > 0;
   }
 
  private:

@@ -210,8 +210,8 @@ struct CacheStats {
 // What the RAM tier holds against its budget, read together (Cache::RamUsage).
 struct RamUse {
   uint64_t budget = 0;
-  uint64_t bytes = 0;         // charged, kernel entries included
-  uint64_t kernel_bytes = 0;  // of bytes: pages pushed into the kernel (not the daemon's RSS)
+  uint64_t bytes = 0;     // charged, kernel entries included
+  uint64_t resident = 0;  // of bytes: what lives in the daemon's memory (all but pushed pages)
 };
 
 class Cache {
@@ -283,6 +283,11 @@ class Cache {
   // it pushed (RamTier::SetBudget).
   virtual void SetRamBudget(uint64_t bytes) = 0;
   virtual RamUse RamUsage() const = 0;
+  // Whether every chunk of `file` is a kernel entry of the RAM tier now (moved by
+  // MoveToKernel and not let go of since). A push checks it after its store: an entry
+  // evicted while the store was on its way may have had its pages dropped before they
+  // arrived, and then nothing would drop or charge them.
+  virtual bool HoldsInKernel(const SourceIdentity& file) const = 0;
 };
 
 }  // namespace epochfs::cache

@@ -812,6 +812,50 @@ TEST_P(CacheTest, BadOptionsAreRejected) {
   EXPECT_EQ(Cache::Open(o).status().code(), Code::kInvalidArgument);
 }
 
+// A push checks after its store that the tier still holds the file's kernel entries
+// (fs/page_cache_pusher.cc): an entry let go of while its store was on its way (a
+// lowered budget, an eviction) had its drop reported then, maybe before the pages
+// arrived, so the pusher drops them again.
+TEST_P(CacheTest, AKernelEntryLetGoOfDuringItsStoreIsNoLongerHeld) {
+  const std::string a_bytes = RandomBytes(100'000, 1);
+  WriteFile(Src("a"), a_bytes);
+  WriteFile(Src("b"), RandomBytes(100'000, 2));
+  WaitUntilFilesSettle();
+  std::vector<uint64_t> dropped;
+  CacheOptions o = Options();
+  o.drop_kernel_pages = [&](uint64_t, uint64_t ino) { dropped.push_back(ino); };
+  auto cache = OpenCache(o);
+  ASSERT_TRUE(cache);
+  OpenSource a = OpenSourceFile(Src("a"));
+  OpenSource b = OpenSourceFile(Src("b"));
+  ASSERT_EQ(ReadWhole(*cache, a), a_bytes);
+  ReadWhole(*cache, b);
+  EXPECT_FALSE(cache->HoldsInKernel(a.file.id));  // bytes in RAM, nothing pushed yet
+
+  std::string stored;
+  ASSERT_TRUE(cache->MoveToKernel(a.file.id, [&](uint64_t, std::span<const char> bytes) {
+    stored.assign(bytes.data(), bytes.size());
+    return true;
+  }));
+  EXPECT_EQ(stored, a_bytes);
+  EXPECT_TRUE(cache->HoldsInKernel(a.file.id));
+  EXPECT_TRUE(dropped.empty());
+
+  // b's store meets a budget lowered to nothing: both files' entries go (their drops
+  // reported while b's store is still on its way), and neither is held any more.
+  ASSERT_TRUE(cache->MoveToKernel(b.file.id, [&](uint64_t, std::span<const char>) {
+    cache->SetRamBudget(0);
+    return true;
+  }));
+  EXPECT_FALSE(cache->HoldsInKernel(b.file.id));
+  EXPECT_FALSE(cache->HoldsInKernel(a.file.id));
+  std::sort(dropped.begin(), dropped.end());
+  EXPECT_EQ(dropped, (std::vector<uint64_t>{std::min(a.file.id.ino, b.file.id.ino),
+                                            std::max(a.file.id.ino, b.file.id.ino)}));
+  EXPECT_EQ(cache->RamUsage().bytes, 0u);
+  EXPECT_EQ(cache->RamUsage().budget, 0u);
+}
+
 TEST_P(CacheTest, SecondCacheOnTheSameDirectoryIsRefused) {
   auto first = OpenCache(Options());
   ASSERT_TRUE(first);

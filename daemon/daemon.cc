@@ -503,7 +503,9 @@ void Daemon::StartPushing() {
     detach_access_.Set([this] { fs_->AttachAccessWatcher(nullptr); });
   }
   // Which files the kernel holds whole (fs/inode_table.h, residency). Under a memory
-  // limit only pushed files count, within the RAM tier's budget that pays for them.
+  // limit only pushed files count, within the most the RAM tier that pays for them can
+  // hold (its budget moves up to --ram: daemon/ram_balancer.h; a file whose pages it lets
+  // go of is no longer believed held, fs/page_cache_pusher.cc).
   // Without one the kernel keeps what READs and copies bring as long as memory lasts:
   // believed for up to the machine's memory, since a READ of a file it reclaimed ends
   // the belief in that file. (Believed for --ram only, a data set larger than --ram
@@ -511,7 +513,7 @@ void Daemon::StartPushing() {
   const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                             static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const bool limited = pusher_->one_copy();
-  fs_->inodes().SetKernelResidency(limited ? memory_.ram_tier : std::max(memory_.ram_tier, physical),
+  fs_->inodes().SetKernelResidency(limited ? options_.ram_budget : std::max(options_.ram_budget, physical),
                                    /*count_reads=*/!limited);
   pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
   prefetcher_->AttachKernelPages(pusher_.get());

@@ -1,5 +1,7 @@
 #include "daemon/ram_balancer.h"
 
+#include <malloc.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,19 +45,34 @@ uint64_t RamBalancer::ResidentBytes() {
   return n == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
-uint64_t RamBalancer::Step() {
-  const cache::RamUse use = cache_.RamUsage();
-  // The tier's bytes that live in the daemon (not pushed pages) are not the rest's. The
-  // heap malloc holds free is, until the memory trimmer returns it: its free total
-  // (mallinfo2) cannot tell resident pages from those already handed back, and counting
-  // the latter as room put RSS plus pushed pages 30 MB past --ram.
-  const uint64_t tier_resident = use.bytes > use.kernel_bytes ? use.bytes - use.kernel_bytes : 0;
+std::optional<uint64_t> RamBalancer::OthersNow(const cache::RamUse& use) {
   const uint64_t resident = ResidentBytes();
-  if (resident == 0) return use.budget;  // no /proc: keep what there is
-  const uint64_t others = resident > tier_resident ? resident - tier_resident : 0;
-  const uint64_t target = BudgetFor(ram_, floor_, others);
-  // Taking room back is at once; giving it waits for a step worth a page drop's churn.
-  if (target < use.budget || target >= use.budget + MarginFor(ram_) / 4) {
+  if (resident == 0) return std::nullopt;
+  return resident > use.resident ? resident - use.resident : 0;
+}
+
+uint64_t RamBalancer::Step() {
+  cache::RamUse use = cache_.RamUsage();
+  std::optional<uint64_t> others = OthersNow(use);
+  if (!others) {  // no /proc: keep the budget there is
+    if (!warned_) spdlog::warn("cannot read /proc/self/statm: the RAM tier keeps its budget");
+    warned_ = true;
+    return use.budget;
+  }
+  uint64_t target = BudgetFor(ram_, floor_, *others);
+  const uint64_t step = MarginFor(ram_) / 8;  // smaller moves only churn pages
+  if (target + step <= use.budget) {
+    // Buffers the tier let go of (evicted, or pushed into the kernel) stay in malloc's
+    // heap, and so in the RSS, until trimmed: they would count as the rest's, and each
+    // step would lower the budget by what the last one evicted, down to the share. So
+    // measure again with the heap trimmed before taking room away.
+    ::malloc_trim(0);
+    use = cache_.RamUsage();
+    others = OthersNow(use);
+    if (!others) return use.budget;
+    target = BudgetFor(ram_, floor_, *others);
+  }
+  if (target + step <= use.budget || target >= use.budget + 2 * step) {
     cache_.SetRamBudget(target);
     return target;
   }

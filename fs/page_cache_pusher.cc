@@ -140,6 +140,14 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     }
   }
   if (!stored) return forgotten ? PushResult::kNotKnown : PushResult::kRefused;
+  // The tier may have let go of the kernel entries while the store was on its way (a
+  // budget lowered, an eviction): their drop may have run before the pages arrived,
+  // which would leave them uncharged and never dropped. Dropped again now, after them.
+  if (one_copy_ && !cache_->HoldsInKernel(file)) {
+    DropLater(file.dev, file.ino);
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return PushResult::kRefused;
+  }
   inodes_->NoteKernelHoldsWhole(*node, file.size);
   pushed_files_.fetch_add(1, std::memory_order_relaxed);
   pushed_bytes_.fetch_add(file.size, std::memory_order_relaxed);
