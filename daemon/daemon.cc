@@ -379,7 +379,8 @@ Status Daemon::Start() {
   prefetcher_ = prefetch::Prefetcher::Create(std::move(prefetch_options), *source_tree_,
                                              cache_.get(), ram_policy_);
 
-  memory_trimmer_ = std::make_unique<MemoryTrimmer>(std::chrono::seconds(2), 8ull << 20);
+  memory_trimmer_ = std::make_unique<MemoryTrimmer>(std::chrono::seconds(2),
+                                                     MemoryTrimmer::kDaemonSlackBytes);
   // The shares above are ceilings: the tier gets what the rest leaves unused.
   ram_balancer_ = std::make_unique<RamBalancer>(*cache_, options.ram_budget, memory_.ram_tier,
                                                 std::chrono::milliseconds(250));

@@ -20,6 +20,10 @@ namespace epochfs::daemon {
 
 class MemoryTrimmer {
  public:
+  // The daemon's slack: free heap malloc may keep before a trim. The RSS floats by up to
+  // this much between trims (daemon/ram_balancer.h leaves room for it).
+  static constexpr uint64_t kDaemonSlackBytes = 8ull << 20;
+
   MemoryTrimmer(std::chrono::milliseconds period, uint64_t slack);
   ~MemoryTrimmer();
   MemoryTrimmer(const MemoryTrimmer&) = delete;

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "base/thread_name.h"
+#include "daemon/memory_trimmer.h"
 
 namespace epochfs::daemon {
 
@@ -27,7 +28,8 @@ RamBalancer::~RamBalancer() {
 }
 
 uint64_t RamBalancer::MarginFor(uint64_t ram) {
-  return std::clamp<uint64_t>(ram / 16, 4ull << 20, 64ull << 20);
+  return std::clamp<uint64_t>(ram / 16, 4ull << 20, 64ull << 20) +
+         MemoryTrimmer::kDaemonSlackBytes;
 }
 
 uint64_t RamBalancer::BudgetFor(uint64_t ram, uint64_t floor, uint64_t others) {

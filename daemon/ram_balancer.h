@@ -52,7 +52,8 @@ class RamBalancer {
 
   // The tier's budget when the rest of the daemon holds `others` bytes.
   static uint64_t BudgetFor(uint64_t ram, uint64_t floor, uint64_t others);
-  // Kept free of --ram: a sixteenth, 4 to 64 MiB.
+  // Kept free of --ram: a sixteenth (4 to 64 MiB), and the free heap malloc keeps
+  // between two trims, by which the RSS floats (MemoryTrimmer::kDaemonSlackBytes).
   static uint64_t MarginFor(uint64_t ram);
 
   // Measures once and sets the tier's budget; returns it.
