@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,23 +54,47 @@ class Held {
   void* p_;
 };
 
+// `count` source files of 1 MiB and a RAM-only cache over them whose tier's own share
+// is 8 MiB.
+class CacheOverFiles {
+ public:
+  explicit CacheOverFiles(int count) {
+    std::filesystem::create_directories(dir_ / "src");
+    for (int i = 0; i < count; ++i) WriteFile(Src(i), RandomBytes(kMiB, i));
+    cache::testing::WaitUntilFilesSettle();
+    for (int i = 0; i < count; ++i) files_.push_back(OpenSourceFile(Src(i)));
+    cache::CacheOptions o;
+    o.cache_dir = dir_ / "cache";
+    o.ram_budget = 8 * kMiB;
+    o.disk_budget = 0;
+    o.chunk_size = kMiB;
+    auto opened = cache::Cache::Open(o);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) cache_ = std::move(opened).value();
+  }
+  bool ok() const { return cache_ != nullptr; }
+  cache::Cache& cache() { return *cache_; }
+  // Reads every file once, into the tier.
+  bool ReadAll() {
+    for (const OpenSource& f : files_) {
+      if (!cache_->Read(f.file, 0, kMiB).ok()) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::filesystem::path Src(int i) const { return dir_ / "src" / std::to_string(i); }
+  TempDir dir_;
+  std::vector<OpenSource> files_;
+  std::unique_ptr<cache::Cache> cache_;
+};
+
 // A real cache and this process's real resident set: the tier's budget grows into what
 // the rest leaves, shrinks (evicting at once) when the rest grows, and grows back.
 TEST(RamBalancer, TheTierGivesRoomBackWhenTheRestGrowsAndTakesItAgainAfter) {
-  TempDir dir;
-  std::filesystem::create_directories(dir / "src");
-  std::vector<OpenSource> files;
-  for (int i = 0; i < 40; ++i) WriteFile(dir / "src" / std::to_string(i), RandomBytes(kMiB, i));
-  cache::testing::WaitUntilFilesSettle();
-  for (int i = 0; i < 40; ++i) files.push_back(OpenSourceFile(dir / "src" / std::to_string(i)));
-  cache::CacheOptions o;
-  o.cache_dir = dir / "cache";
-  o.ram_budget = 8 * kMiB;  // the tier's own share
-  o.disk_budget = 0;
-  o.chunk_size = kMiB;
-  auto opened = cache::Cache::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  cache::Cache& cache = **opened;
+  CacheOverFiles files(40);
+  ASSERT_TRUE(files.ok());
+  cache::Cache& cache = files.cache();
 
   ::malloc_trim(0);  // what earlier tests in this process freed is not the rest's
   const uint64_t ram = RamBalancer::ResidentBytes() + 160 * kMiB;
@@ -81,7 +106,7 @@ TEST(RamBalancer, TheTierGivesRoomBackWhenTheRestGrowsAndTakesItAgainAfter) {
   EXPECT_GT(roomy, 120 * kMiB);
   EXPECT_LE(roomy, ram - RamBalancer::MarginFor(ram));
   EXPECT_EQ(cache.RamUsage().budget, roomy);
-  for (const OpenSource& f : files) ASSERT_TRUE(cache.Read(f.file, 0, kMiB).ok());
+  ASSERT_TRUE(files.ReadAll());
   ASSERT_GE(cache.RamUsage().bytes, 36 * kMiB);  // all 40 fit now, past its own share
 
   // The rest grows by 128 MiB: the tier's budget falls below what it holds, and it
@@ -109,27 +134,19 @@ TEST(RamBalancer, ALoweredBudgetDoesNotKeepFallingOnWhatTheTierFreed) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: the RSS never shows it freed";
 #endif
-  TempDir dir;
-  std::filesystem::create_directories(dir / "src");
-  for (int i = 0; i < 60; ++i) WriteFile(dir / "src" / std::to_string(i), RandomBytes(kMiB, i));
-  cache::testing::WaitUntilFilesSettle();
-  std::vector<OpenSource> files;
-  for (int i = 0; i < 60; ++i) files.push_back(OpenSourceFile(dir / "src" / std::to_string(i)));
   // Chunk buffers from the heap, as the daemon's (below its 128 KiB mmap threshold) are.
   ASSERT_EQ(::mallopt(M_MMAP_THRESHOLD, 32 << 20), 1);
-  cache::CacheOptions o;
-  o.cache_dir = dir / "cache";
-  o.ram_budget = 8 * kMiB;
-  o.disk_budget = 0;
-  o.chunk_size = kMiB;
-  auto opened = cache::Cache::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  cache::Cache& cache = **opened;
+  struct Restore {
+    ~Restore() { ::mallopt(M_MMAP_THRESHOLD, 128 << 10); }
+  } restore;
+  CacheOverFiles files(60);
+  ASSERT_TRUE(files.ok());
+  cache::Cache& cache = files.cache();
   ::malloc_trim(0);
   const uint64_t ram = RamBalancer::ResidentBytes() + 160 * kMiB;
   RamBalancer balancer(cache, ram, 8 * kMiB, std::chrono::milliseconds(0));
   ASSERT_GT(balancer.Step(), 120 * kMiB);
-  for (const OpenSource& f : files) ASSERT_TRUE(cache.Read(f.file, 0, kMiB).ok());
+  ASSERT_TRUE(files.ReadAll());
   ASSERT_GE(cache.RamUsage().bytes, 55 * kMiB);
 
   // The rest grows by 100 MiB: the budget falls to about 40 MiB, and the tier evicts
@@ -144,7 +161,6 @@ TEST(RamBalancer, ALoweredBudgetDoesNotKeepFallingOnWhatTheTierFreed) {
     const uint64_t again = balancer.Step();
     EXPECT_GE(again + RamBalancer::MarginFor(ram) / 8, lowered) << "step " << i;
   }
-  ::mallopt(M_MMAP_THRESHOLD, 128 << 10);
 }
 
 }  // namespace
