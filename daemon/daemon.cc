@@ -522,11 +522,12 @@ void Daemon::StartPushing() {
   // After a restart: a reader that never lists (it opens files by path from a list of
   // its own) gives the kernel no inode to push into before each open. The recorded
   // folders are listed for it, up to as many files as the RAM tier could hold at once
-  // (a kernel entry is charged a page at least), and 100,000 in any case.
+  // (a kernel entry is charged a page at least; its budget moves up to --ram:
+  // daemon/ram_balancer.h), and 100,000 in any case.
   if (std::vector<std::string> paths = prefetcher_->KnownPaths(); !paths.empty()) {
     listing_ = std::make_unique<fs::KernelListing>(
         options_.mountpoint, fs::KernelListing::FoldersOf(paths),
-        std::max<uint64_t>(100'000, memory_.ram_tier / 4096));
+        std::max<uint64_t>(100'000, options_.ram_budget / 4096));
   }
 }
 
