@@ -205,13 +205,7 @@ class CacheImpl final : public Cache {
   }
 
   bool HoldsInRam(const SourceIdentity& file) const override {
-    const uint64_t chunks = ChunksOf(file);
-    for (uint64_t c = 0; c < chunks; ++c) {
-      if (!ram_->HoldsBytes(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
-        return false;
-      }
-    }
-    return chunks > 0;
+    return EveryChunk(file, [&](const ChunkKey& key) { return ram_->HoldsBytes(key, file); });
   }
 
   void Invalidate(uint64_t dev, uint64_t ino) override {
@@ -231,18 +225,21 @@ class CacheImpl final : public Cache {
     return RamUse{.budget = ram.budget, .bytes = ram.bytes, .resident = ram.bytes - pages};
   }
   bool HoldsInKernel(const SourceIdentity& file) const override {
-    const uint64_t chunks = ChunksOf(file);
-    for (uint64_t c = 0; c < chunks; ++c) {
-      if (!ram_->HoldsKernelEntry(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)}, file)) {
-        return false;
-      }
-    }
-    return chunks > 0;
+    return EveryChunk(file, [&](const ChunkKey& key) { return ram_->HoldsKernelEntry(key, file); });
   }
 
  private:
   uint64_t ChunksOf(const SourceIdentity& file) const {
     return file.size == 0 ? 0 : (file.size - 1) / options_.chunk_size + 1;
+  }
+  // Whether `holds` is true of every chunk of `file` (false for an empty file).
+  template <typename Holds>
+  bool EveryChunk(const SourceIdentity& file, Holds holds) const {
+    const uint64_t chunks = ChunksOf(file);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      if (!holds(ChunkKey{file.dev, file.ino, static_cast<uint32_t>(c)})) return false;
+    }
+    return chunks > 0;
   }
   ChunkKey KeyOf(const SourceFile& file, uint64_t chunk) const {
     return ChunkKey{file.id.dev, file.id.ino, static_cast<uint32_t>(chunk)};

@@ -217,12 +217,13 @@ void RamTier::SetBudget(uint64_t bytes) {
     MutexLock lock(mu_);
     budget_ = bytes;
     policy_->OnBudget(bytes);
-    while (bytes_ > budget_ && !entries_.empty()) {
-      std::optional<ChunkKey> victim = policy_->Victim();
-      auto it = victim ? entries_.find(*victim) : entries_.end();
-      if (it == entries_.end()) it = entries_.begin();
-      EraseLocked(it, &released);
-      ++evictions_;
+    // The policy's victims first; where it names none (the static policy never does),
+    // the rest in key order: the budget bounds memory.
+    if (!MakeRoomLocked(0, nullptr, &released)) {
+      while (bytes_ > budget_ && !entries_.empty()) {
+        EraseLocked(entries_.begin(), &released);
+        ++evictions_;
+      }
     }
   }
   Finish(released);
