@@ -86,7 +86,7 @@ import time
 import numpy as np
 
 from benchenv import (BLKIO_ROOT, MEMORY_ROOT, BlkioThrottle, Cleanup, LoopImage, MemoryCgroup, Workspace,
-                      drop_caches, log, mount_tmpfs, read_file, run, warn, write_file)
+                      drop_caches, log, mount_tmpfs, read_file, run, stat_every_file, warn, write_file)
 from dataset import BLOCK, JPEG_BYTES_PER_PIXEL, JPEG_QUALITY, imagefolder_plan, jpeg_bytes, materialize
 from epoch_bench import git_info, machine_info, resolve_epochfs
 from fusemounts import EpochfsMount, MountError, status_delta
@@ -592,6 +592,7 @@ class Bench:
         self.commands: dict[str, list[str] | str] = {"benchmark": [sys.executable, *sys.argv]}
         self.copy_info: dict = {}
         self.throttle_check: dict = {}
+        self.source_metadata: dict = {}
         self.mounts: list[dict] = []
         self.epochfs_bin, self.epochfs_where = resolve_epochfs(args.epochfs)
         self.epochfs_original = self.epochfs_bin
@@ -1056,6 +1057,7 @@ class Bench:
             warn(f"{e}; unmounting, then the restart row")
         finally:
             fs.stop()
+        self.measure_source_metadata()
         drop_caches()
         fs = make("restart")
         info = self._mount_or_skip(fs, keys[3:])
@@ -1078,6 +1080,27 @@ class Bench:
             finally:
                 fs.stop()
         self.run_epochfs_ceiling(make)
+
+    def measure_source_metadata(self) -> None:
+        """What a restart right at mount cannot avoid on this source: every file's metadata
+        read cold (its directory and inode blocks), which must be checked before the file's
+        bytes may come from the cache. The plain copy read cold needs none of it, so this
+        bounds the restart row of any design that checks the source: at most as many
+        files/s as these stats take."""
+        drop_caches()
+        bios0 = self.blkio.read_bios(self.loop.majmin)
+        paths = [os.path.join(self.root, p) for p in self.manifest.paths]
+        seconds = stat_every_file(paths)
+        bios = self.blkio.read_bios(self.loop.majmin) - bios0
+        fps = len(paths) / seconds
+        copy_cold = [r.result.files_per_s for r in self.rows if r.scenario == "copy-cold" and r.result]
+        bound = round(fps / copy_cold[-1], 3) if copy_cold else None
+        self.source_metadata = {"files": len(paths), "threads": 16, "seconds": round(seconds, 3),
+                                "files_per_s": round(fps, 1), "throttled_bios": bios,
+                                "bound_x_copy_cold": bound}
+        log(f"source metadata cold: {len(paths)} files stat'ed in {seconds:.2f} s ({bios} throttled bios): "
+            f"no restart that checks the source can read more than {fps:.0f} files/s here"
+            + (f" = {bound:.2f}x the copy read cold" if bound else ""))
 
     def _wait_mount_work(self, fs: EpochfsMount, timeout: float = 300.0) -> float:
         """Waits until the metadata warm-up has finished and the stream into RAM stopped
@@ -1213,6 +1236,7 @@ class Bench:
             "commands": self.commands,
             "dataset": dataset,
             "throttle_check": self.throttle_check,
+            "source_metadata_cold": self.source_metadata,
             "copy": self.copy_info,
             "mounts": self.mounts,
             "phases_s": self.phases,
