@@ -28,6 +28,7 @@
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
 #include "fs/page_cache_pusher.h"
+#include "fs/parallel_dirops.h"
 #include "daemon/memory_limit.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_server.h"
@@ -136,6 +137,7 @@ MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx
   c.cache_dir = options.cache_dir.string();
   c.consistency = ConsistencyName(options.consistency);
   c.read_only = options.read_only;
+  c.parallel_lookups = fs::ParallelDiropsGranted();
   c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   c.requests = &ctx.counters;
   c.cache = fs.cache().Stats();
@@ -273,6 +275,11 @@ Status FuseSession::Mount(const std::filesystem::path& mountpoint) {
     return Status::IoError(fmt::format(
         "cannot mount on {} (is /dev/fuse there, and are you root or in the fuse group?)",
         mountpoint.string()));
+  }
+  // Before the loop reads INIT. Without the hook the mount works, one LOOKUP or READDIR
+  // per directory at a time.
+  if (Status st = fs::EnableParallelDirops(session_); !st.ok()) {
+    spdlog::warn("lookups in one directory will wait for each other: {}", st.ToString());
   }
   return Status::Ok();
 }

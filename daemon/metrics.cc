@@ -130,6 +130,12 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kText}
             .Show({.row = "consistency", .label = "", .top = true}),
         consistency);
+  visit(CounterInfo{"parallel_lookups",
+                    "Whether the kernel sends the lookups and listings of one directory to the "
+                    "daemon side by side (FUSE_PARALLEL_DIROPS), not one at a time.",
+                    kFlag}
+            .Show({.row = "daemon", .label = "parallel lookups"}),
+        parallel_lookups);
   static const fs::RequestCounters kNoRequests;
   (requests ? *requests : kNoRequests).VisitCounters(visit);
   cache.VisitCounters(visit);

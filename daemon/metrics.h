@@ -37,6 +37,7 @@ struct MountCounters {
   std::string version, source, mountpoint, cache_dir, consistency;
   uint64_t pid = 0;
   bool read_only = false;
+  bool parallel_lookups = false;  // FUSE_PARALLEL_DIROPS granted (fs/parallel_dirops.h)
   double uptime_s = 0;
   const fs::RequestCounters* requests = nullptr;  // null: every kind 0
   cache::CacheStats cache;

@@ -459,6 +459,7 @@ const std::vector<std::string> kStatsKeys = {
     "open_relookups",
     "packs",
     "packs_reclaimed",
+    "parallel_lookups",
     "pattern",
     "pid",
     "plan_entries",

@@ -1,6 +1,7 @@
 // Black-box tests: mount epochfs for real and check what a training script would see.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -153,6 +155,52 @@ TEST_F(MountTest, MountOverItself) {
   EXPECT_FALSE(IsMounted(src_));
   EXPECT_EQ(ReadFile(src_ / "written.txt"), "hello");
   for (const auto& [name, content] : d.files) EXPECT_EQ(ReadFile(src_ / name), content);
+}
+
+// Two LOOKUPs in one directory are served side by side: one that waits on a slow source
+// does not hold up a second in the same directory (FUSE_PARALLEL_DIROPS, which
+// libfuse 3.14 never passes to the kernel by itself: fs/parallel_dirops.h). The slow
+// part of the source is a folder that is itself a FUSE mount (a second epochfs),
+// stopped with SIGSTOP: a LOOKUP of a name its kernel has not cached waits for it, one
+// of a name it has cached does not.
+TEST_F(MountTest, ALookupWaitingOnTheSourceDoesNotHoldUpTheRestOfItsDirectory) {
+  const fsys::path inner = dir_ / "inner";
+  fsys::create_directories(inner);
+  WriteFile(inner / "slow", "s");
+  WriteFile(inner / "cached", "c");
+  fsys::create_directories(src_ / "d");
+  Mount folder(inner, src_ / "d", dir_ / "cache-inner");
+  ASSERT_TRUE(folder.ok()) << folder.output();
+  struct ::stat st {};
+  ASSERT_EQ(::stat((src_ / "d" / "cached").c_str(), &st), 0);  // in the folder's kernel caches now
+  const int folder_pid = folder.Stats()["pid"].get<int>();
+
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  EXPECT_TRUE(m.Stats()["parallel_lookups"].get<bool>());
+  ASSERT_EQ(::stat((mnt_ / "d").c_str(), &st), 0);
+
+  ASSERT_EQ(::kill(folder_pid, SIGSTOP), 0);
+  struct Resume {
+    int pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{folder_pid};
+  auto stat_async = [](fsys::path path) {
+    return std::async(std::launch::async, [path] {
+      struct ::stat s {};
+      return ::stat(path.c_str(), &s);
+    });
+  };
+  auto slow = stat_async(mnt_ / "d" / "slow");
+  ASSERT_EQ(slow.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "the stopped folder answered: the test proves nothing";
+  auto fast = stat_async(mnt_ / "d" / "cached");
+  EXPECT_EQ(fast.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "the LOOKUP of a cached name waited for the slow one in the same directory";
+  ::kill(folder_pid, SIGCONT);
+  EXPECT_EQ(slow.get(), 0);
+  EXPECT_EQ(fast.get(), 0);
+  EXPECT_TRUE(m.Unmount());
 }
 
 // Changes made to the source underneath the mount, in both consistency modes. In
