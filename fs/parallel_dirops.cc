@@ -4,7 +4,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -12,8 +14,9 @@ namespace epochfs::fs {
 namespace {
 
 // The INIT request in flight, if any: its id (0: none) and whether the kernel offered
-// parallel directory operations. INIT is the first request on a connection and nothing
-// else is sent before it is answered, so one slot serves every session of the process.
+// parallel directory operations. INIT is the first request on a connection and the
+// kernel sends no other before it is answered; a daemon runs one session, so one slot
+// is enough.
 std::atomic<uint64_t> init_unique{0};
 std::atomic<bool> init_offered{false};
 std::atomic<bool> granted{false};
