@@ -77,9 +77,15 @@ void ChangeWatcher::Unwatch(const Inode& dir) {
   MutexLock lock(mutex_);
   auto it = wd_by_nodeid_.find(dir.nodeid);
   if (it == wd_by_nodeid_.end()) return;
-  ::inotify_rm_watch(inotify_fd_.get(), it->second);
-  nodeid_by_wd_.erase(it->second);
+  const int wd = it->second;
   wd_by_nodeid_.erase(it);
+  // The directory may have a newer node already (a LOOKUP beside the READDIRPLUS or
+  // FORGET that let go of this one), which inotify gave the same wd: the watch is that
+  // node's now.
+  auto owner = nodeid_by_wd_.find(wd);
+  if (owner == nodeid_by_wd_.end() || owner->second != dir.nodeid) return;
+  ::inotify_rm_watch(inotify_fd_.get(), wd);
+  nodeid_by_wd_.erase(owner);
 }
 
 void ChangeWatcher::InvalidateLater(uint64_t nodeid, int64_t at_ns) {
