@@ -34,7 +34,12 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
   const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   auto it = by_devino_.find(key);
   if (it != by_devino_.end() && old_name_gone && it->second != kRootNodeId) {
-    it = by_devino_.end();  // a new node below; the old one keeps its dead name
+    // The caller checked the old name before taking this lock. A LOOKUP or READDIRPLUS
+    // of this same name beside it may have made the new node meanwhile: that one is it.
+    const Inode& known = *by_nodeid_.at(it->second);
+    if (known.parent != parent || known.name != name) {
+      it = by_devino_.end();  // a new node below; the old one keeps its dead name
+    }
   }
   if (it != by_devino_.end()) {
     std::shared_ptr<Inode>& inode = by_nodeid_.at(it->second);

@@ -43,6 +43,23 @@ TEST(InodeTable, SameSourceObjectSameNodeAndCountsLookups) {
   EXPECT_GT(reborn->nodeid, other_dev->nodeid);
 }
 
+// A file renamed in the source gets a new node under its new name. Two requests that
+// name it there side by side (a LOOKUP and a READDIRPLUS: the kernel sends them in
+// parallel) both find the old name gone before either makes that node: they must share
+// it, or the file has two nodes and a change reaches only one of them.
+TEST(InodeTable, TwoRequestsForARenamedFilesNewNameShareOneNewNode) {
+  InodeTable table = MakeTable();
+  auto old_node = table.Remember(table.root(), "old", FakeStat(1, 100, S_IFREG), UniqueFd());
+  auto first = table.Remember(table.root(), "new", FakeStat(1, 100, S_IFREG), UniqueFd(),
+                              /*old_name_gone=*/true);
+  auto second = table.Remember(table.root(), "new", FakeStat(1, 100, S_IFREG), UniqueFd(),
+                               /*old_name_gone=*/true);
+  EXPECT_NE(first->nodeid, old_node->nodeid);
+  EXPECT_EQ(first.get(), second.get());
+  EXPECT_EQ(first->nlookup, 2u);
+  EXPECT_EQ(table.LocationOf(*old_node).name, "old");  // the old node keeps its dead name
+}
+
 // A node is never found without the attributes its LOOKUP reply gives the kernel: a push
 // that found it in between was refused, for a file the kernel was about to know.
 TEST(InodeTable, ANodeIsFoundWithTheAttributesItsReplyCarries) {
