@@ -157,6 +157,32 @@ TEST_F(MountTest, MountOverItself) {
   for (const auto& [name, content] : d.files) EXPECT_EQ(ReadFile(src_ / name), content);
 }
 
+// Whether every thread of process `pid` is stopped (state T) within `timeout`.
+bool AllThreadsStopped(int pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    std::error_code ec;
+    const fsys::path tasks = fsys::path("/proc") / std::to_string(pid) / "task";
+    for (const auto& task : fsys::directory_iterator(tasks, ec)) {
+      std::string stat;
+      try {
+        stat = ReadFile(task.path() / "stat");
+      } catch (const std::exception&) {
+        all = false;  // a thread that just exited: look again
+        continue;
+      }
+      const size_t close = stat.rfind(')');  // "pid (comm) STATE ..."
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T') {
+        all = false;
+      }
+    }
+    if (all && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 // Two LOOKUPs in one directory are served side by side: one that waits on a slow source
 // does not hold up a second in the same directory (FUSE_PARALLEL_DIROPS, which
 // libfuse 3.14 never passes to the kernel by itself: fs/parallel_dirops.h). The slow
@@ -180,21 +206,24 @@ TEST_F(MountTest, ALookupWaitingOnTheSourceDoesNotHoldUpTheRestOfItsDirectory) {
   EXPECT_TRUE(m.Stats()["parallel_lookups"].get<bool>());
   ASSERT_EQ(::stat((mnt_ / "d").c_str(), &st), 0);
 
-  ASSERT_EQ(::kill(folder_pid, SIGSTOP), 0);
-  struct Resume {
-    int pid;
-    ~Resume() { ::kill(pid, SIGCONT); }
-  } resume{folder_pid};
   auto stat_async = [](fsys::path path) {
     return std::async(std::launch::async, [path] {
       struct ::stat s {};
       return ::stat(path.c_str(), &s);
     });
   };
-  auto slow = stat_async(mnt_ / "d" / "slow");
+  std::future<int> slow, fast;  // before the guard: it resumes the folder before they wait
+  struct Resume {
+    int pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{folder_pid};
+  ASSERT_EQ(::kill(folder_pid, SIGSTOP), 0);
+  // kill() returns before every thread has stopped; one still running could answer.
+  ASSERT_TRUE(AllThreadsStopped(folder_pid, std::chrono::seconds(5)));
+  slow = stat_async(mnt_ / "d" / "slow");
   ASSERT_EQ(slow.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
       << "the stopped folder answered: the test proves nothing";
-  auto fast = stat_async(mnt_ / "d" / "cached");
+  fast = stat_async(mnt_ / "d" / "cached");
   EXPECT_EQ(fast.wait_for(std::chrono::seconds(5)), std::future_status::ready)
       << "the LOOKUP of a cached name waited for the slow one in the same directory";
   ::kill(folder_pid, SIGCONT);
