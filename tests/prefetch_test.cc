@@ -13,6 +13,7 @@
 #include <chrono>
 #include <climits>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -534,16 +535,24 @@ class StreamTest : public PrefetchTest {
  protected:
   static constexpr size_t kSize = 48 * 1024;
 
-  // Reads every file once, in a shuffled order; checks every byte.
+  // Reads every file once, in a shuffled order; checks every byte. `after_read(i)` runs
+  // after the i-th file; a fatal failure in it ends the epoch (the caller checks
+  // HasFatalFailure()).
   void ShuffledEpoch(std::vector<std::string> names, uint64_t seed,
-                     const std::map<std::string, std::string>& changed = {}) {
+                     const std::map<std::string, std::string>& changed = {},
+                     const std::function<void(size_t)>& after_read = {}) {
     std::shuffle(names.begin(), names.end(), std::mt19937_64(seed));
-    for (const auto& name : names) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
       const auto it = changed.find(name);
       const std::string want = it != changed.end()
                                    ? it->second
                                    : RandomBytes(kSize, std::stoi(name.substr(name.find('f') + 1, 5)));
       ASSERT_EQ(ReadFile(mnt_ / name), want) << name;
+      if (after_read) {
+        after_read(i);
+        if (HasFatalFailure()) return;
+      }
     }
   }
   // Fills the SSD tier with two shuffled epochs, then unmounts (the record says shuffled).
@@ -691,6 +700,10 @@ INSTANTIATE_TEST_SUITE_P(Consistency, StreamTest, ::testing::Values("notify", "o
 // stores their bytes in its page cache, where reading them sends no READ.
 class PushTest : public StreamTest {
  protected:
+  // The stats of the mount on mnt_, for tests that mount through MountInside (no Mount).
+  nlohmann::json MountStats() const {
+    return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"));
+  }
   // Mounts with the daemon born inside `group` (a memory limit: one copy, pushed and
   // READ pages charged to --ram `ram`).
   CommandResult MountInside(const MemoryCgroup& group, const std::string& ram) {
@@ -892,7 +905,7 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   const CommandResult mounted = MountInside(group, "48M");
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
   UnmountOnExit unmount(mnt_);
-  const auto stats = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
+  const auto stats = [this] { return MountStats(); };
   ListAll();
   for (int i = 0; i < 200 && stats()["pushed_files"].get<uint64_t>() < 200; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -922,20 +935,16 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   const uint64_t pushed_during = stats()["pushed_bytes"].get<uint64_t>() - pushed_before;
   EXPECT_LE(resident, largest_budget(stats()) + pushed_during + (8u << 20)) << s.dump();
 
-  auto order = names;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int n = std::stoi(order[i].substr(order[i].find('f') + 1, 5));
-    ASSERT_EQ(ReadFile(mnt_ / order[i]), RandomBytes(kSize, n)) << order[i];
-    if (i % 100 == 50) {
-      s = stats();
-      ASSERT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
-      ASSERT_LE(largest_budget(s), (48u << 20) - (4u << 20)) << s.dump();  // a margin kept
-      // The pages charged to the daemon: the pushed ones (those of READs are the
-      // reader's, charged to this test process outside the group).
-      ASSERT_LE(group.PageCacheBytes(), largest_budget(stats()) + (2u << 20)) << s.dump();
-    }
-  }
+  ShuffledEpoch(names, 5, {}, [&](size_t i) {
+    if (i % 100 != 50) return;
+    s = stats();
+    ASSERT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
+    ASSERT_LE(largest_budget(s), (48u << 20) - (4u << 20)) << s.dump();  // a margin kept
+    // The pages charged to the daemon: the pushed ones (those of READs are the
+    // reader's, charged to this test process outside the group).
+    ASSERT_LE(group.PageCacheBytes(), largest_budget(stats()) + (2u << 20)) << s.dump();
+  });
+  if (HasFatalFailure()) return;
   s = stats();
   EXPECT_GT(s["pushed_files"].get<uint64_t>(), 500u) << s.dump();  // refilled as read
   EXPECT_GT(s["kernel_page_drops"].get<uint64_t>(), 0u) << s.dump();
@@ -960,7 +969,7 @@ TEST_P(PushTest, TheTierGrowsIntoWhatTheRestLeavesOfRamAndTheSumStaysWithinIt) {
   const CommandResult mounted = MountInside(group, "128M");
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
   UnmountOnExit unmount(mnt_);
-  const auto stats = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
+  const auto stats = [this] { return MountStats(); };
   ListAll();
   constexpr uint64_t kRam = 128ull << 20;
   auto s = stats();
@@ -991,18 +1000,14 @@ TEST_P(PushTest, TheTierGrowsIntoWhatTheRestLeavesOfRamAndTheSumStaysWithinIt) {
   EXPECT_LE(page_cache, largest + (2u << 20)) << s.dump();
 
   // Reading every file in a shuffled order: the tier keeps to its moving budget.
-  auto order = names;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(11));
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int n = std::stoi(order[i].substr(order[i].find('f') + 1, 5));
-    ASSERT_EQ(ReadFile(mnt_ / order[i]), RandomBytes(kSize, n)) << order[i];
-    if (i % 100 == 50) {
-      s = stats();
-      ASSERT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
-      largest = std::max(largest, s["ram_tier_budget_bytes"].get<uint64_t>());
-      ASSERT_LE(group.PageCacheBytes(), largest + (2u << 20)) << s.dump();
-    }
-  }
+  ShuffledEpoch(names, 11, {}, [&](size_t i) {
+    if (i % 100 != 50) return;
+    s = stats();
+    ASSERT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
+    largest = std::max(largest, s["ram_tier_budget_bytes"].get<uint64_t>());
+    ASSERT_LE(group.PageCacheBytes(), largest + (2u << 20)) << s.dump();
+  });
+  if (HasFatalFailure()) return;
   EXPECT_EQ(group.OomKills(), 0u);
 }
 
@@ -1019,24 +1024,20 @@ TEST_P(PushTest, UnderAMemoryLimitPagesOfReadsAreChargedOrDropped) {
   const CommandResult mounted = MountInside(group, "48M");
   ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
   UnmountOnExit unmount(mnt_);
-  const auto stats = [&] { return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")); };
+  const auto stats = [this] { return MountStats(); };
   auto s = stats();
   // The largest budget the tier had: it moves with what the rest of the daemon leaves
   // of --ram (daemon/ram_balancer.h), never to all 48 MB.
   uint64_t budget = s["ram_tier_budget_bytes"].get<uint64_t>();
   ASSERT_LT(budget, 40u << 20) << s.dump();
-  auto order = names;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(9));
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int n = std::stoi(order[i].substr(order[i].find('f') + 1, 5));
-    ASSERT_EQ(ReadFile(mnt_ / order[i]), RandomBytes(kSize, n)) << order[i];
-    if (i % 100 == 50) {
-      s = stats();
-      ASSERT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
-      budget = std::max(budget, s["ram_tier_budget_bytes"].get<uint64_t>());
-      ASSERT_LT(budget, 40u << 20) << s.dump();
-    }
-  }
+  ShuffledEpoch(names, 9, {}, [&](size_t i) {
+    if (i % 100 != 50) return;
+    s = stats();
+    ASSERT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
+    budget = std::max(budget, s["ram_tier_budget_bytes"].get<uint64_t>());
+    ASSERT_LT(budget, 40u << 20) << s.dump();
+  });
+  if (HasFatalFailure()) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the drops come due
   s = stats();
   const uint64_t moved = s["read_pages_moved"].get<uint64_t>();
