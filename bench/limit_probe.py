@@ -39,7 +39,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
-from benchenv import drop_caches, read_file, run, stat_every_file, unmount, write_file  # noqa: E402
+from benchenv import drop_caches, proc_cpu_seconds, read_file, run, stat_every_file, unmount, write_file  # noqa: E402
 from dataset import imagefolder_plan, materialize  # noqa: E402
 from readers import epoch_order, run_epoch  # noqa: E402
 
@@ -168,15 +168,11 @@ class Probe:
         with open(os.path.join(self.mnt, ".epochfs", "stats")) as f:
             return json.load(f)
 
-    def daemon_cpu_s(self) -> float:
-        fields = read_file(f"/proc/{self.daemon_pid}/stat").rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
     def epoch(self, root: str, epoch: int) -> dict:
         b0 = self.bios()
         mounted = root == self.mnt
         s0 = self.stats() if mounted else {}
-        busy0, d0 = machine_busy_s(), self.daemon_cpu_s() if mounted else 0.0
+        busy0, d0 = machine_busy_s(), proc_cpu_seconds(self.daemon_pid) if mounted else 0.0
         r = run_epoch(root, self.manifest, readers=self.a.readers, seed=1234, epoch=epoch, child_setup=self.join)
         row = {"epoch": epoch, "files_per_s": round(r.files_per_s, 1), "seconds": round(r.seconds, 3),
                "p50_ms": round(r.p50_ms, 3), "mean_ms": round(r.mean_ms, 3),
@@ -188,7 +184,7 @@ class Probe:
         row["cpu"] = {"machine_busy_s": round(busy, 3), "cores": os.cpu_count(),
                       "busy_fraction": round(busy / (r.seconds * (os.cpu_count() or 1)), 3)}
         if mounted:
-            daemon = self.daemon_cpu_s() - d0
+            daemon = proc_cpu_seconds(self.daemon_pid) - d0
             row["cpu"].update(daemon_s=round(daemon, 3), rest_s=round(busy - daemon, 3))
         if mounted:  # what the daemon did for it, and its memory at the end (--ram's promise)
             s1 = self.stats()
