@@ -561,6 +561,32 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine spent not idle (nor waiting on IO) since boot."""
+    ticks = [int(x) for x in read_file("/proc/stat").splitlines()[0].split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+
+
+def named_processes_cpu(names: set[str]) -> dict[int, tuple[str, float]]:
+    """Each live process named one of `names`: pid -> (name, user+system CPU seconds)."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        name = read_file(f"/proc/{entry}/comm").strip() if entry.isdigit() else ""
+        if name in names:
+            found[int(entry)] = (name, proc_cpu_seconds(int(entry)) or 0.0)
+    return found
+
+
+def named_processes_cpu_since(before: dict[int, tuple[str, float]], names: set[str]) -> dict[str, float]:
+    """CPU seconds the processes named `names` spent since `before` (named_processes_cpu), by
+    name. Per process: one that has exited since (an unmounted client may take a while)
+    counts nothing, not minus its whole life."""
+    spent = dict.fromkeys(names, 0.0)
+    for pid, (name, cpu) in named_processes_cpu(names).items():
+        spent[name] += cpu - before.get(pid, (name, 0.0))[1]
+    return spent
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -40,6 +40,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -49,7 +50,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
-from benchenv import Cleanup, drop_caches, log, unmount  # noqa: E402
+from benchenv import Cleanup, drop_caches, log, machine_busy_s, named_processes_cpu, named_processes_cpu_since, proc_cpu_seconds, unmount  # noqa: E402
 from multinode_bench import BenchError, Volume, make_dataset, sh  # noqa: E402
 
 MiB = 1 << 20
@@ -96,6 +97,10 @@ def read_epoch(root: str, order: list[str], readers: int, size: int, timeout: fl
     if bad:
         raise BenchError(f"{bad} files read with wrong bytes")
     return seconds
+
+
+# The GlusterFS processes on this machine: the clients (the FUSE mount), the bricks, glusterd.
+GLUSTER_PROCESSES = {"glusterfs", "glusterfsd", "glusterd"}
 
 
 class Bench:
@@ -147,6 +152,10 @@ class Bench:
             for epoch in range(1 + a.warm_epochs):
                 order = self.order(epoch)
                 before = self.status() if self.epochfs_mount else None
+                if a.brick_profile:
+                    self.brick_fops()  # starts the epoch's interval
+                busy0, gluster0 = machine_busy_s(), named_processes_cpu(GLUSTER_PROCESSES)
+                daemon0 = (proc_cpu_seconds(before["pid"]) or 0.0) if before else 0.0
                 t0 = time.monotonic()
                 if config == "epochfs plan":
                     # Part of the epoch: a loader publishes its order before the first read.
@@ -156,6 +165,23 @@ class Bench:
                 seconds = publish_s + read_epoch(root, order, a.readers, a.size, a.epoch_timeout)
                 e = {"epoch": epoch + 1, "seconds": round(seconds, 3),
                      "files_per_s": round(len(order) / seconds, 1), "publish_seconds": round(publish_s, 3)}
+                # Where the machine's CPU went: GlusterFS's own processes (client and bricks),
+                # the epochfs daemon, and all the rest (the readers, the kernel's threads). An epoch whose busy time
+                # is about cores x seconds is CPU-bound.
+                busy = machine_busy_s() - busy0
+                gluster_by_name = named_processes_cpu_since(gluster0, GLUSTER_PROCESSES)
+                gluster = sum(gluster_by_name.values())
+                daemon = (proc_cpu_seconds(before["pid"]) or 0.0) - daemon0 if before else 0.0
+                e["cpu"] = {"busy_fraction": round(busy / (seconds * (os.cpu_count() or 1)), 3),
+                            "glusterfs_ms_per_file": round(1000 * gluster / len(order), 3),
+                            "glusterfs_ms_per_file_by_process": {
+                                name: round(1000 * cpu / len(order), 3) for name, cpu in gluster_by_name.items()},
+                            "epochfs_ms_per_file": round(1000 * daemon / len(order), 3),
+                            "rest_ms_per_file": round(1000 * (busy - gluster - daemon) / len(order), 3)}
+                if a.brick_profile:
+                    # What the epoch cost the bricks, per file read (all bricks together).
+                    fops = self.brick_fops()
+                    e["brick_fops_per_file"] = {k: round(v / len(order), 2) for k, v in fops.items()}
                 if before is not None:
                     after = self.status()
                     reqs = {k: after["requests"].get(k, 0) - before["requests"].get(k, 0)
@@ -174,6 +200,12 @@ class Bench:
                     extra = (f"; read ahead {e['prefetch_hits']}, pushed {e['pushed_mib']:.0f} MiB, "
                              f"requests {e['requests']}, depth {e['source_depth']}, pace {e['pace_reads_per_s']}/s "
                              f"({e['pace_slowdowns']} cuts), base {e['base_latency_us']} us")
+                extra += (f"; CPU {100 * e['cpu']['busy_fraction']:.0f}% busy, per file GlusterFS "
+                          f"{e['cpu']['glusterfs_ms_per_file']:.2f} ms + epochfs {e['cpu']['epochfs_ms_per_file']:.2f} "
+                          f"ms + rest {e['cpu']['rest_ms_per_file']:.2f} ms")
+                if "brick_fops_per_file" in e:
+                    extra += "; brick ops per file: " + ", ".join(
+                        f"{k} {v}" for k, v in e["brick_fops_per_file"].items() if v >= 0.05)
                 log(f"  epoch {epoch + 1}: {e['files_per_s']:.0f} files/s ({seconds:.2f} s){extra}")
         except (BenchError, RuntimeError, OSError, subprocess.TimeoutExpired) as err:
             run["error"] = str(err)
@@ -181,6 +213,17 @@ class Bench:
         finally:
             self.stop_config()
         return run
+
+    def brick_fops(self) -> dict[str, int]:
+        """Each operation's calls since the last call, summed over the bricks (the replicas
+        each count theirs)."""
+        out = sh(["gluster", "--mode=script", "volume", "profile", self.volume.name, "info", "incremental"])
+        fops: dict[str, int] = {}
+        for line in out.splitlines():
+            m = re.match(r"\s*[\d.]+\s+[\d.]+ ns\s+[\d.]+ ns\s+[\d.]+ ns\s+(\d+)\s+([A-Z]+)\s*$", line)
+            if m:
+                fops[m.group(2)] = fops.get(m.group(2), 0) + int(m.group(1))
+        return dict(sorted(fops.items(), key=lambda kv: -kv[1]))
 
     def summarize(self) -> dict:
         """Per config: epoch 1's files/s and the warm epochs', per round and their median."""
@@ -288,6 +331,8 @@ class Bench:
             self.volume.unmount_clients()  # the first round's client starts cold like the rest
             if a.brick_delay_us:
                 self.delay_brick(a.brick_delay_us)
+            if a.brick_profile:
+                sh(["gluster", "--mode=script", "volume", "profile", self.volume.name, "start"])
             for round_no in range(1, a.rounds + 1):
                 for c in CONFIGS:
                     self.runs.append(self.run_config(c, round_no))
@@ -330,6 +375,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the readers list the data set before epoch 1 (as DatasetFolder does), untimed")
     p.add_argument("--brick-delay-us", type=int, default=0,
                    help="hold each operation this long in the brick: a latency-bound source")
+    p.add_argument("--brick-profile", action="store_true",
+                   help="count the bricks' operations per epoch (gluster volume profile)")
     p.add_argument("--epoch-timeout", type=float, default=600)
     p.add_argument("--epochfs-arg", action="append", default=[], help="more epochfs mount options")
     a = p.parse_args(argv)

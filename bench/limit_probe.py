@@ -11,7 +11,8 @@ publishes each epochfs epoch's order first. ``--perf`` records one steady epoch 
 ``perf record -a`` and splits the machine's CPU by thread name (the daemon names its
 threads: docs/operations.md, "Where the daemon's CPU goes"), with each thread's top
 functions. ``EPOCHFS_PROBE_PERF_DATA=FILE`` keeps the recording, and
-``EPOCHFS_PROBE_PERF_CALLGRAPH=1`` records call graphs too (``perf report -i FILE``).
+``EPOCHFS_PROBE_PERF_CALLGRAPH=1`` records call graphs too (``perf report -i FILE``; ``=dwarf`` unwinds the daemon's own
+frames as well).
 
 ``restart``: the same data set on an ext4 image throttled to 300 read IOPS (bios, as the
 cgroup-v1 throttle counts them), cached by epochfs, then the page cache dropped and
@@ -39,7 +40,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
-from benchenv import drop_caches, proc_cpu_seconds, read_file, run, stat_every_file, unmount, write_file  # noqa: E402
+from benchenv import drop_caches, machine_busy_s, proc_cpu_seconds, read_file, run, stat_every_file, unmount, write_file  # noqa: E402
 from dataset import imagefolder_plan, materialize  # noqa: E402
 from readers import epoch_order, run_epoch  # noqa: E402
 
@@ -51,10 +52,17 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine spent not idle (nor waiting on IO) since boot."""
-    ticks = [int(x) for x in read_file("/proc/stat").splitlines()[0].split()[1:]]
-    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+def counter_deltas(before: dict, after: dict, prefix: str = "") -> dict:
+    """Every counter of the mount's stats that moved during the epoch, by dotted name."""
+    out: dict = {}
+    for key, value in after.items():
+        name = prefix + key
+        if isinstance(value, dict) and isinstance(before.get(key), dict):
+            out.update(counter_deltas(before[key], value, name + "."))
+        elif isinstance(value, int) and not isinstance(value, bool) and isinstance(before.get(key), int):
+            if value != before[key]:
+                out[name] = value - before[key]
+    return out
 
 
 class Probe:
@@ -142,7 +150,8 @@ class Probe:
         if pid == 0:  # born inside the memory group, as bigdata_bench's daemon
             self.join()
             os.execve(self.a.epochfs, [self.a.epochfs, "mount", self.src, self.mnt, "--cache-dir", self.cache,
-                                       "--ram", str(self.ram), "--disk", "4G", "--log-level", "warn"],
+                                       "--ram", str(self.ram), "--disk", "4G", "--log-level", "warn"]
+                      + self.a.epochfs_arg,
                       {**os.environ, **(env or {})})
         _, status = os.waitpid(pid, 0)
         if status != 0:
@@ -192,13 +201,16 @@ class Probe:
                         "reads": s1["requests"]["read"] - s0["requests"]["read"],
                         "daemon_rss_bytes": s1["daemon_rss_bytes"],
                         "pushed_page_bytes": s1["kernel_page_bytes"],
-                        "ram_tier_budget_bytes": s1.get("ram_tier_budget_bytes")})
+                        "ram_tier_budget_bytes": s1.get("ram_tier_budget_bytes"),
+                        "counters": counter_deltas(s0, s1)})
         return row
 
     def cpu_split(self, epoch: int) -> tuple[dict, dict]:
         """One epoch under `perf record -a`; the samples' shares by thread name."""
         data = os.environ.get("EPOCHFS_PROBE_PERF_DATA", os.path.join(self.work, "perf.data"))
-        callgraph = ["-g"] if os.environ.get("EPOCHFS_PROBE_PERF_CALLGRAPH") else []
+        mode = os.environ.get("EPOCHFS_PROBE_PERF_CALLGRAPH", "")
+        # "dwarf" unwinds the daemon's own frames too (it is built without frame pointers).
+        callgraph = ["--call-graph", "dwarf,16384"] if mode == "dwarf" else ["-g"] if mode else []
         perf = subprocess.Popen(["perf", "record", "-a", "-F", "999", "-o", data] + callgraph,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)
@@ -312,6 +324,7 @@ def main() -> int:
     ap.add_argument("mode", choices=("steady", "restart"))
     ap.add_argument("--plan", action="store_true", help="publish each epochfs epoch's order first")
     ap.add_argument("--perf", action="store_true", help="steady: split one epoch's CPU by thread (perf)")
+    ap.add_argument("--epochfs-arg", action="append", default=[], help="one more epochfs mount argument")
     ap.add_argument("--ram-fraction", type=float, default=0.5,
                     help="epochfs --ram as a fraction of the group's limit (bigdata_bench's default: 0.5)")
     ap.add_argument("--readers", type=int, default=4, help="reader processes, as bigdata_bench's 4")
@@ -334,7 +347,7 @@ def main() -> int:
         probe.cleanup()
     commit = run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
     doc = {"tool": "bench/limit_probe.py", "mode": a.mode, "plan": a.plan, "started": started.isoformat(),
-           "commit": commit, "epochfs_binary": a.epochfs, "files": len(probe.manifest), "data_bytes": probe.data,
+           "commit": commit, "epochfs_binary": a.epochfs, "epochfs_args": a.epochfs_arg, "files": len(probe.manifest), "data_bytes": probe.data,
            "memory_limit_bytes": probe.limit, "epochfs_ram_bytes": probe.ram, **doc}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"limit_probe_{a.mode}{'_plan' if a.plan else ''}.json")

@@ -453,6 +453,13 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
 
 Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
                                  const std::vector<size_t>& which, std::vector<Piece>& pieces) {
+  int fd = file.fd;
+  if (fd < 0) {
+    if (!file.open) return Status::InvalidArgument("source read without an fd or a way to open one");
+    Result<int> opened = file.open();
+    if (!opened.ok()) return opened.status();
+    fd = *opened;
+  }
   const int64_t started_ns = WallClockNs();
   // Not zero-filled first: the read overwrites what it returns, and a 110 KB sample's
   // memset was 2% of the daemon's CPU in a cold epoch on GlusterFS.
@@ -462,7 +469,7 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
     const uint64_t chunk = first + which[k];
     ops[k].len = ChunkLen(file, chunk);
     buffers[k] = std::make_shared_for_overwrite<char[]>(ops[k].len);
-    ops[k].fd = file.fd;
+    ops[k].fd = fd;
     ops[k].buf = buffers[k].get();
     ops[k].offset = chunk * options_.chunk_size;
   }
@@ -473,7 +480,7 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
 
   // Admit only bytes that are certainly the file's bytes for this identity: the file
   // did not change during the read, and it had not changed just before it started.
-  Result<struct ::stat> after = StatForIdentity(file.fd);
+  Result<struct ::stat> after = StatForIdentity(fd);
   const bool unchanged = after.ok() && SourceIdentity::FromStat(*after) == file.id;
   const bool settled = unchanged && started_ns - file.id.ctime_ns > kRacilyCleanNs;
   for (size_t k = 0; k < which.size(); ++k) {

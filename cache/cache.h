@@ -76,10 +76,14 @@ inline constexpr int64_t kRacilyCleanNs = 50'000'000;
 // Now, on the clock file timestamps come from.
 int64_t WallClockNs();
 
-// An open source file: the fd the cache reads misses from, and its identity.
+// A source file: the fd the cache reads misses from, and its identity.
 struct SourceFile {
   int fd = -1;  // borrowed, read-only; owned by the caller
   SourceIdentity id;
+  // Set where `fd` is -1: opens the file only when a chunk must come from the source,
+  // and returns an fd borrowed for the rest of the call. A hit (and a chunk another
+  // read is bringing) then costs no open: on a network source, round trips of its own.
+  std::function<Result<int>()> open;
 };
 
 enum class Tier : uint8_t { kRam, kSsd, kSource };

@@ -626,38 +626,60 @@ void SourceFs::NoteDemandRead(const Inode& inode, uint64_t offset) {
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
   NoteDemandRead(*fh.inode(), offset);
-  auto fd = fh.Fd();
-  if (!fd.ok()) return fd.status();
+  // The source fd is opened only if a chunk must come from the source: a READ the cache
+  // answers (or one a readahead is bringing) needs none. On GlusterFS each open is an
+  // OPEN, a FLUSH and a RELEASE at the bricks; with a published plan, a quarter of the
+  // files had been opened twice (by the readahead and by the READ that overtook it).
+  // The node's O_PATH fd is the same inode, so its identity is the one an fd would show.
+  std::optional<FdLease> lease;
+  const int path_fd = fh.inode()->path_fd.get();
+  if (fh.holds_fd() || path_fd < 0) {
+    auto fd = fh.Fd();
+    if (!fd.ok()) return fd.status();
+    lease.emplace(std::move(*fd));
+  }
+  const int stat_fd = lease ? lease->get() : path_fd;
   // The kernel's page cache is one per file, shared by every open: a read for an
   // open that predates a change must fill it with the file as it is now, not with
   // cached bytes of the identity that open saw (and a read past the size it saw must
   // not be cut short). So the identity is taken anew for every read.
-  auto st = cache::StatForIdentity(fd->get());
+  auto st = cache::StatForIdentity(stat_fd);
   if (!st.ok()) return st.status();
-  cache::SourceIdentity id = cache::SourceIdentity::FromStat(*st);
-  auto data = ReadToCurrentEnd(fd->get(), id, offset, size);
+  cache::SourceFile file{lease ? lease->get() : -1, cache::SourceIdentity::FromStat(*st), nullptr};
+  if (!lease) {
+    file.open = [&fh, &lease]() -> Result<int> {
+      if (!lease) {
+        auto fd = fh.Fd();
+        if (!fd.ok()) return fd.status();
+        lease.emplace(std::move(*fd));
+      }
+      return lease->get();
+    };
+  }
+  auto data = ReadToCurrentEnd(file, stat_fd, offset, size);
   if (data.ok()) {
-    if (id != fh.identity()) fh.set_identity(id);
+    const cache::SourceIdentity& now = file.id;  // grown meanwhile: as read
+    if (now != fh.identity()) fh.set_identity(now);
     if (fh.reads_fill_page_cache() &&
-        inodes_.NoteKernelRead(*fh.inode(), offset, data->size, id.size)) {
-      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(*fh.inode(), id);
+        inodes_.NoteKernelRead(*fh.inode(), offset, data->size, now.size)) {
+      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(*fh.inode(), now);
     }
   }
   return data;
 }
 
-Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(int fd, cache::SourceIdentity& id,
+Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(cache::SourceFile& file, int stat_fd,
                                                      uint64_t offset, size_t size) {
   // A reply shorter than asked tells the kernel where the file ends: it zero-fills the
   // rest of the page and keeps it. If a write extended the file after `id` was taken,
   // those zeros would stand in the page cache where the written bytes are. So a short
   // read is checked against the file's size now, and read again if it grew.
   for (int attempt = 0;; ++attempt) {
-    auto data = cache_->Read(cache::SourceFile{fd, id}, offset, size);
+    auto data = cache_->Read(file, offset, size);
     if (!data.ok() || data->size >= size || attempt == 3) return data;
-    auto st = cache::StatForIdentity(fd);
+    auto st = cache::StatForIdentity(stat_fd);
     if (!st.ok() || static_cast<uint64_t>(st->st_size) <= offset + data->size) return data;
-    id = cache::SourceIdentity::FromStat(*st);
+    file.id = cache::SourceIdentity::FromStat(*st);
   }
 }
 
@@ -746,14 +768,38 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
   const auto seen = InodeTable::Observe(**inode);
-  auto opened = ReopenNode(**inode, O_RDONLY);
-  if (!opened.ok()) return opened.status();
-  NoteDemandRead(**inode, offset);
-  auto data = ReadToCurrentEnd(opened->first.get(), opened->second, offset, size);
+  // As in Read(): the node is opened only if a chunk must come from the source, and its
+  // O_PATH fd (the same inode) tells the identity. Without one, it is opened by name
+  // now (OpenNode checks the name still means this node's file).
+  const Inode& node = **inode;
+  UniqueFd fd;
+  cache::SourceFile file;
+  int stat_fd = node.path_fd.get();
+  if (stat_fd < 0) {
+    auto opened = ReopenNode(node, O_RDONLY);
+    if (!opened.ok()) return opened.status();
+    fd = std::move(opened->first);
+    stat_fd = file.fd = fd.get();
+    file.id = opened->second;
+  } else {
+    auto st = cache::StatForIdentity(stat_fd);
+    if (!st.ok()) return st.status();
+    file.id = cache::SourceIdentity::FromStat(*st);
+    file.open = [this, &node, &fd]() -> Result<int> {
+      if (!fd) {
+        auto opened = ReopenNode(node, O_RDONLY);
+        if (!opened.ok()) return opened.status();
+        fd = std::move(opened->first);
+      }
+      return fd.get();
+    };
+  }
+  NoteDemandRead(node, offset);
+  auto data = ReadToCurrentEnd(file, stat_fd, offset, size);
   if (data.ok()) {
-    CheckKernelCache(**inode, opened->second, seen);
-    if (inodes_.NoteKernelRead(**inode, offset, data->size, opened->second.size)) {
-      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(**inode, opened->second);
+    CheckKernelCache(**inode, file.id, seen);
+    if (inodes_.NoteKernelRead(**inode, offset, data->size, file.id.size)) {
+      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(**inode, file.id);
     }
   }
   return data;

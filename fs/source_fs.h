@@ -283,8 +283,9 @@ class SourceFs {
   std::optional<cache::SourceIdentity> IdentityNow(const Inode& inode) const;
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
-  // Reads through the cache, as of identity `id` (updated if the file grew meanwhile).
-  Result<cache::ReadBuffer> ReadToCurrentEnd(int fd, cache::SourceIdentity& id, uint64_t offset,
+  // Reads through the cache, as of `file.id` (updated if the file grew meanwhile, as
+  // `stat_fd`, an fd of the same inode, shows).
+  Result<cache::ReadBuffer> ReadToCurrentEnd(cache::SourceFile& file, int stat_fd, uint64_t offset,
                                              size_t size);
   // Hands an object the daemon just created, with `mode` asked for, to the caller that
   // asked for it: its uid, and its gid unless the directory is setgid; setuid and

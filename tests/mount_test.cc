@@ -328,6 +328,41 @@ TEST_P(ChangedUnderneathTest, ExecAndODirectOpensWork) {
   ::close(fd);
 }
 
+// In "open" mode a READ the cache answers opens no source file: on a network source an
+// open is round trips of its own (GlusterFS: OPEN, FLUSH and RELEASE at the bricks).
+// The READs go to the daemon here because the opens are O_DIRECT. A file changed
+// underneath is still read as it is now (the first read after the change opens it).
+TEST_F(MountTest, ReadsTheCacheAnswersOpenNoSourceFile) {
+  const std::string first = RandomBytes(256u << 10, 41);
+  WriteFile(src_ / "f.bin", first);
+  // Past the racily clean window: bytes read sooner after a change are not cached.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto m = MountIt({"--consistency", "open"});
+  ASSERT_TRUE(m->ok());
+  void* raw = nullptr;
+  ASSERT_EQ(::posix_memalign(&raw, 4096, 1u << 20), 0);
+  const std::unique_ptr<void, decltype(&::free)> buf(raw, &::free);
+  auto read_direct = [&]() -> std::string {
+    const int fd = ::open((mnt_ / "f.bin").c_str(), O_RDONLY | O_DIRECT);
+    if (fd < 0) return std::string("<open: ") + strerror(errno) + ">";
+    const ssize_t n = ::pread(fd, buf.get(), 1u << 20, 0);
+    ::close(fd);
+    if (n < 0) return std::string("<read: ") + strerror(errno) + ">";
+    return std::string(static_cast<const char*>(buf.get()), static_cast<size_t>(n));
+  };
+  auto source_opens = [&] { return m->Stats()["open_file_fd_reopens"].get<uint64_t>(); };
+
+  ASSERT_EQ(read_direct(), first);  // a miss: read from the source, and cached
+  const uint64_t after_miss = source_opens();
+  for (int i = 0; i < 3; i++) ASSERT_EQ(read_direct(), first);
+  EXPECT_EQ(source_opens(), after_miss) << "a cache hit opened the source";
+
+  const std::string second = RandomBytes(200u << 10, 42);
+  WriteFile(src_ / "f.bin", second);
+  EXPECT_EQ(read_direct(), second);
+  EXPECT_EQ(read_direct(), second);
+}
+
 // POSIX: a file a reader has open stays that file when its name is unlinked or
 // renamed over. The reads below the first 1 MiB are not in the kernel's page cache
 // yet, so they reach the daemon after the name is gone.
