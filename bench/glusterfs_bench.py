@@ -235,6 +235,25 @@ class Bench:
             out[c] = {"epoch1_files_per_s": e1, "warm_files_per_s": [round(w, 1) for w in warm],
                       "epoch1_median": statistics.median(e1) if e1 else None,
                       "warm_median": statistics.median(warm) if warm else None}
+            cpus = [r["epochs"][0]["cpu"] for r in mine if "cpu" in r["epochs"][0]]
+            if cpus:
+                # Epoch 1's CPU per file, by who spent it (medians of the rounds). The bricks
+                # are GlusterFS's servers: a cluster runs them on other machines, here they
+                # share this one's cores with the client, the daemon and the readers.
+                split = {"brick": [u["glusterfs_ms_per_file_by_process"].get("glusterfsd", 0.0) for u in cpus],
+                         "glusterfs_client": [u["glusterfs_ms_per_file_by_process"].get("glusterfs", 0.0)
+                                              for u in cpus],
+                         "epochfs": [u["epochfs_ms_per_file"] for u in cpus],
+                         "rest": [u["rest_ms_per_file"] for u in cpus]}
+                ms = {k: round(statistics.median(v), 3) for k, v in split.items()}
+                total = sum(ms.values())
+                cores = os.cpu_count() or 1
+                out[c]["epoch1_cpu_ms_per_file"] = ms
+                out[c]["epoch1_busy_fraction"] = round(statistics.median(u["busy_fraction"] for u in cpus), 3)
+                # What the cores allow: all of it on this machine, and without the bricks.
+                out[c]["epoch1_cpu_bound_files_per_s"] = round(1000 * cores / total) if total else None
+                out[c]["epoch1_cpu_bound_without_bricks_files_per_s"] = (
+                    round(1000 * cores / (total - ms["brick"])) if total > ms["brick"] else None)
         return out
 
     def targets(self, s: dict) -> list[dict]:
@@ -266,6 +285,19 @@ class Bench:
             lines.append(f"{c:<14} {' / '.join(f'{v:.0f}' for v in d['epoch1_files_per_s']):<30} "
                          f"{d['epoch1_median'] or 0:>7.0f} {' / '.join(f'{v:.0f}' for v in d['warm_files_per_s']):<30} "
                          f"{d['warm_median'] or 0:>7.0f}")
+        if any("epoch1_cpu_ms_per_file" in s[c] for c in CONFIGS):
+            lines.append("")
+            lines.append(f"{'epoch 1 CPU':<14} {'ms per file: bricks + client + epochfs + rest':<46} {'busy':>5} "
+                         f"{'cores allow':>12} {'without bricks':>15}")
+            for c in CONFIGS:
+                d = s[c]
+                if "epoch1_cpu_ms_per_file" not in d:
+                    continue
+                ms = d["epoch1_cpu_ms_per_file"]
+                parts = " + ".join(f"{ms[k]:.2f}" for k in ("brick", "glusterfs_client", "epochfs", "rest"))
+                lines.append(f"{c:<14} {parts:<46} {100 * d['epoch1_busy_fraction']:>4.0f}% "
+                             f"{d['epoch1_cpu_bound_files_per_s'] or 0:>12} "
+                             f"{d['epoch1_cpu_bound_without_bricks_files_per_s'] or 0:>15}")
         for r in self.runs:
             if r.get("error"):
                 lines.append(f"round {r['round']} {r['config']}: FAILED: {r['error']}")
