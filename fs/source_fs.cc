@@ -628,9 +628,8 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   NoteDemandRead(*fh.inode(), offset);
   // The source fd is opened only if a chunk must come from the source: a READ the cache
   // answers (or one a readahead is bringing) needs none. On GlusterFS each open is an
-  // OPEN, a FLUSH and a RELEASE at the bricks; with a published plan, a quarter of the
-  // files had been opened twice (by the readahead and by the READ that overtook it).
-  // The node's O_PATH fd is the same inode, so its identity is the one an fd would show.
+  // OPEN, a FLUSH and a RELEASE at the bricks. The node's O_PATH fd is the same inode,
+  // so its identity is the one an fd would show.
   std::optional<FdLease> lease;
   const int path_fd = fh.inode()->path_fd.get();
   if (fh.holds_fd() || path_fd < 0) {
