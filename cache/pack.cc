@@ -188,7 +188,7 @@ Result<std::unique_ptr<PackWriter>> PackWriter::Create(IoEngine& io,
                                                        const std::filesystem::path& dir,
                                                        uint32_t pack_id) {
   std::filesystem::path path = dir / PackFileName(pack_id);
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd) return Status::FromErrno(errno, "create " + path.string());
   char header[kPackHeaderSize];
   EncodeFileHeader(pack_id, header);

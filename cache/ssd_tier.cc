@@ -14,6 +14,7 @@
 #include <set>
 #include <system_error>
 
+#include "base/owned_dirs.h"
 #include "base/thread_name.h"
 #include "cache/codec.h"
 
@@ -90,11 +91,10 @@ SsdTier::~SsdTier() {
 // Start-up
 
 Status SsdTier::Recover() {
+  // The packs hold the bytes of files whatever their permissions: the daemon's user alone
+  // may read them (so does the cache dir above).
+  EPOCHFS_RETURN_IF_ERROR(MakeOwnedDir(packs_dir_, 0700));
   std::error_code ec;
-  std::filesystem::create_directories(packs_dir_, ec);
-  if (ec) {
-    return Status::FromErrno(ec.value(), "create " + packs_dir_.string());
-  }
   std::map<uint32_t, uint64_t> pack_sizes;
   for (const auto& entry : std::filesystem::directory_iterator(packs_dir_, ec)) {
     std::optional<uint32_t> id = ParsePackFileName(entry.path().filename().string());

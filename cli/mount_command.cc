@@ -140,9 +140,15 @@ bool EndedCleanly(const fsys::path& cache_dir, pid_t pid) {
 
 DaemonOfMount FindDaemon(const fsys::path& mountpoint, const daemon::MountEntry& mount,
                          bool may_read_the_mount) {
-  auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount.device), 2.0);
+  auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount.device),
+                                        mount.owner_uid.value_or(0), 2.0);
   if (reply.ok()) return FromStats(reply->pid, reply->text);
-  if (reply.status().code() != Code::kNotFound) return {0, true, {}};  // there, but wedged
+  if (reply.status().code() == Code::kPermission) {
+    // Another user's socket: no word of it is believed; the mount itself is asked.
+    std::cerr << "epochfs: " << reply.status().message() << "\n";
+  } else if (reply.status().code() != Code::kNotFound) {
+    return {0, true, {}};  // there, but wedged
+  }
   if (!may_read_the_mount) return {};
   // No socket: the stats file. A dead daemon's mount answers ENOTCONN at once.
   auto stats = ReadStats(mountpoint);

@@ -36,15 +36,21 @@ Result<nlohmann::json> ReadStats(const std::filesystem::path& mountpoint) {
   }
   std::string text;
   // The daemon's socket first: it answers while every FUSE worker waits on a hung source.
-  auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount->device), 2.0);
+  auto reply = daemon::QueryStatsSocket(daemon::StatsSocketPath(mount->device),
+                                        mount->owner_uid.value_or(0), 2.0);
   if (reply.ok()) {
     text = std::move(reply->text);
-  } else if (reply.status().code() != Code::kNotFound) {
+  } else if (reply.status().code() != Code::kNotFound &&
+             reply.status().code() != Code::kPermission) {
     return Status::IoError(fmt::format("the daemon of {} does not answer: {}",
                                        mountpoint.string(), reply.status().message()));
   } else {
-    // No socket (a daemon that could not make one, or one that is gone): the mount's
-    // own file, which also tells a dead daemon ("Transport endpoint is not connected").
+    // No socket (a daemon that could not make one, or one that is gone), or another
+    // user's (not believed, and said): the mount's own file, which also tells a dead
+    // daemon ("Transport endpoint is not connected").
+    if (reply.status().code() == Code::kPermission) {
+      std::cerr << "epochfs: " << reply.status().message() << "\n";
+    }
     std::ifstream in(mountpoint / ".epochfs" / "stats");
     if (!in) {
       return Status::IoError(fmt::format("cannot read {}/.epochfs/stats: {}",

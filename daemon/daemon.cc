@@ -192,7 +192,7 @@ std::string StatsJson(const MountOptions& options, const FuseContext& ctx, Sourc
 // One daemon per cache dir: two writers would interleave their packs.
 Result<UniqueFd> LockCacheDir(const std::filesystem::path& dir) {
   const auto path = dir / "lock";
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return Status::FromErrno(errno, fmt::format("cannot open {}", path.string()));
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) < 0) {
     if (errno == EWOULDBLOCK) {
@@ -523,7 +523,13 @@ void Daemon::StartPushing() {
   const bool limited = pusher_->one_copy();
   fs_->inodes().SetKernelResidency(limited ? options_.ram_budget : std::max(options_.ram_budget, physical),
                                    /*count_reads=*/!limited);
-  pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_);
+  // Writers through the mount are held off a file while its pages are stored or dropped
+  // (fs/write_fence.h): by the node's open lock in "open" mode, by a read lease taken
+  // through the mount in "notify" mode.
+  write_fence_ = std::make_unique<fs::WriteFence>(
+      options_.consistency == Consistency::kOpen ? std::filesystem::path()
+                                                 : options_.mountpoint);
+  pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_, *write_fence_);
   prefetcher_->AttachKernelPages(pusher_.get());
   fs_->AttachPusher(pusher_.get());
   // After a restart: a reader that never lists (it opens files by path from a list of

@@ -135,6 +135,8 @@ class Daemon {
   std::shared_ptr<cache::EvictionPolicy> ram_policy_;
   // Moves readahead's bytes into the kernel's page cache; shared with the cache, which
   // asks it to drop them (CacheOptions::drop_kernel_pages). Null with pushing off.
+  // Before the pusher, which uses it until it is detached.
+  std::unique_ptr<fs::WriteFence> write_fence_;
   std::shared_ptr<fs::PageCachePusher> pusher_;
   std::unique_ptr<cache::Cache> cache_;
   // Flushes the cache once nothing feeds it any more.

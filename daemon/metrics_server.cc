@@ -235,7 +235,7 @@ Status MetricsExporter::WriteTextfile() {
   } catch (const std::exception& e) {
     return Status::IoError(fmt::format("metrics textfile: cannot render: {}", e.what()));
   }
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd) return Status::FromErrno(errno, fmt::format("metrics textfile {}", tmp.string()));
   size_t written = 0;
   while (written < text.size()) {

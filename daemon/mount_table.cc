@@ -1,5 +1,6 @@
 #include "daemon/mount_table.h"
 
+#include <exception>
 #include <fstream>
 #include <sstream>
 
@@ -31,7 +32,17 @@ std::vector<MountEntry> ReadMountTable() {
     while (fields >> word && word != "-") {
     }
     MountEntry entry;
-    fields >> entry.fstype >> entry.source;
+    std::string super_options;
+    fields >> entry.fstype >> entry.source >> super_options;
+    std::istringstream options_list(super_options);
+    for (std::string option; std::getline(options_list, option, ',');) {
+      if (option.rfind("user_id=", 0) == 0) {
+        try {
+          entry.owner_uid = static_cast<uid_t>(std::stoul(option.substr(8)));
+        } catch (const std::exception&) {
+        }
+      }
+    }
     entry.mountpoint = UnescapeMountField(mountpoint);
     entry.device = devno;
     entry.source = UnescapeMountField(entry.source);

@@ -3,6 +3,8 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -17,6 +19,8 @@ struct MountEntry {
   std::string fstype;
   std::string source;      // the "mount source" field (fsname)
   std::string device;      // "major:minor" of the mounted filesystem
+  // The user who mounted it (a FUSE mount's "user_id=" option): its daemon's uid.
+  std::optional<uid_t> owner_uid;
 };
 
 std::vector<MountEntry> ReadMountTable();

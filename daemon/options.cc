@@ -13,6 +13,8 @@
 #include <fstream>
 
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "base/owned_dirs.h"
 #include "base/unique_fd.h"
 #include "daemon/memory_limit.h"
 #include "daemon/mount_table.h"
@@ -137,8 +139,12 @@ std::string DeadMountHint(int err, const fsys::path& path) {
 // Whether the epochfs mount `mount` at `mountpoint` has lost its daemon. Asks the
 // daemon's socket first (a hung mount must not hang this check).
 bool DaemonIsGone(const fsys::path& mountpoint, const MountEntry& mount) {
-  auto reply = QueryStatsSocket(StatsSocketPath(mount.device), 2.0);
-  if (reply.ok() || reply.status().code() != Code::kNotFound) return false;
+  auto reply = QueryStatsSocket(StatsSocketPath(mount.device), mount.owner_uid.value_or(0), 2.0);
+  // A socket another user bound there is no daemon's.
+  if (reply.ok() || (reply.status().code() != Code::kNotFound &&
+                     reply.status().code() != Code::kPermission)) {
+    return false;
+  }
   struct ::stat st {};
   return ::stat((mountpoint / ".epochfs").c_str(), &st) < 0 && errno == ENOTCONN;
 }
@@ -228,7 +234,7 @@ Status ResolveAndValidate(MountOptions& options) {
     // The daemon's only voice once it is in the background: refuse a log that cannot be
     // written instead of logging nowhere.
     options.log_file = fsys::absolute(options.log_file).lexically_normal();
-    UniqueFd log(::open(options.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+    UniqueFd log(::open(options.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!log) {
       return Status::FromErrno(errno,
                                fmt::format("cannot write log file {}", options.log_file.string()));
@@ -240,15 +246,25 @@ Status ResolveAndValidate(MountOptions& options) {
 Status PrepareCacheDir(const fsys::path& dir, bool* created) {
   std::error_code ec;
   *created = false;
-  if (!fsys::exists(dir, ec)) {
-    // Create missing parents too, remembering the topmost new one for cleanup.
-    fsys::create_directories(dir, ec);
-    if (ec) {
-      return Status::FromErrno(ec.value(), fmt::format("cannot create cache dir {}", dir.string()));
-    }
-    *created = true;
-  } else if (!fsys::is_directory(dir, ec)) {
+  if (fsys::exists(dir, ec) && !fsys::is_directory(dir, ec)) {
     return Status::InvalidArgument(fmt::format("cache dir {} is not a directory", dir.string()));
+  }
+  // The cache holds the bytes and names of every file read through the mount, whatever
+  // the source let other users see: the daemon's user alone may enter it. A cache dir an
+  // older version made open to everyone is closed, and so is everything in it.
+  struct ::stat before {};
+  const bool was_open = ::stat(dir.c_str(), &before) == 0 && (before.st_mode & 077) != 0;
+  Status made = MakeOwnedDir(dir, 0700, created);
+  if (!made.ok()) {
+    return Status::FromErrno(made.err() != 0 ? made.err() : EACCES,
+                             fmt::format("cache dir {}: {}", dir.string(), made.message()));
+  }
+  if (was_open) {
+    if (auto narrowed = MakeTreePrivate(dir); narrowed.ok() && *narrowed > 0) {
+      spdlog::info("cache dir {}: {} files and folders made private (an older version left "
+                   "them readable by other users)",
+                   dir.string(), *narrowed);
+    }
   }
   // access() is not enough: a read-only filesystem or a full disk only shows on a write.
   const fsys::path probe = dir / fmt::format(".write-probe-{}", ::getpid());

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/owned_dirs.h"
 #include "base/thread_name.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -56,24 +57,27 @@ Result<std::unique_ptr<StatsSocket>> StatsSocket::Start(const fsys::path& path, 
                                                         std::function<std::string()> render) {
   auto addr = SocketAddress(path);
   if (!addr.ok()) return addr.status();
-  std::error_code ec;
-  fsys::create_directories(path.parent_path(), ec);
-  if (ec) {
-    return Status::FromErrno(ec.value(),
-                             fmt::format("cannot make {}", path.parent_path().string()));
-  }
+  // Only its owner may add, remove or replace names in the folder.
+  EPOCHFS_RETURN_IF_ERROR(MakeOwnedDir(path.parent_path(), 0755));
   std::unique_ptr<StatsSocket> s(new StatsSocket());
   s->path_ = path;
   s->render_ = std::move(render);
   s->listen_fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s->listen_fd_) return Status::FromErrno(errno, "stats socket");
+  // bind() gives the new socket file the mode of the socket's own inode, less the umask:
+  // set on the fd first, there is no moment when the file has another mode, and no path
+  // is followed to set it.
+  const mode_t mode = everyone ? 0666 : 0600;
+  if (::fchmod(s->listen_fd_.get(), mode) != 0) {
+    return Status::FromErrno(errno, "stats socket mode");
+  }
   // Device numbers are reused: what is there is a dead daemon's (a live one's device
   // would not be ours).
   ::unlink(path.c_str());
-  if (::bind(s->listen_fd_.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) < 0) {
-    return Status::FromErrno(errno, fmt::format("stats socket {}", path.string()));
-  }
-  ::chmod(path.c_str(), everyone ? 0666 : 0600);
+  const mode_t umask_before = ::umask(0);
+  const int bound = ::bind(s->listen_fd_.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr));
+  ::umask(umask_before);
+  if (bound < 0) return Status::FromErrno(errno, fmt::format("stats socket {}", path.string()));
   if (::listen(s->listen_fd_.get(), 16) < 0) {
     return Status::FromErrno(errno, fmt::format("stats socket {}", path.string()));
   }
@@ -115,7 +119,7 @@ void StatsSocket::Serve() {
   }
 }
 
-Result<StatsReply> QueryStatsSocket(const fsys::path& path, double timeout_s) {
+Result<StatsReply> QueryStatsSocket(const fsys::path& path, uid_t daemon_uid, double timeout_s) {
   auto addr = SocketAddress(path);
   if (!addr.ok()) return addr.status();
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -129,7 +133,16 @@ Result<StatsReply> QueryStatsSocket(const fsys::path& path, double timeout_s) {
   StatsReply reply;
   struct ucred cred {};
   socklen_t len = sizeof(cred);
-  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) reply.pid = cred.pid;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return Status::FromErrno(errno, fmt::format("peer of {}", path.string()));
+  }
+  if (cred.uid != daemon_uid) {
+    return Status::FromErrno(
+        EPERM, fmt::format("{} is served by uid {} (pid {}), not by the mount's daemon (uid {}): "
+                           "refused",
+                           path.string(), cred.uid, cred.pid, daemon_uid));
+  }
+  reply.pid = cred.pid;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[16384];

@@ -12,6 +12,10 @@
 // shows it, so a client finds it from the mount table alone. Only a daemon that can
 // write /run/epochfs (root) makes one; clients fall back to `.epochfs/stats`. The socket
 // is 0600 (0666 with --allow-other, as `.epochfs/stats` is then readable by everyone).
+// /run/epochfs is root's and 0755 (made so, or narrowed if an older version left it open),
+// so no other user can remove or replace a socket in it; and a client still takes only
+// the answer of a peer whose uid is the daemon's (the mount's owner): a socket bound by
+// anyone else is refused.
 //
 // Thread-safety: Start and the destructor from one thread; `render` is called from the
 // socket's thread and must be thread-safe.
@@ -60,8 +64,10 @@ struct StatsReply {
   std::string text;  // the stats JSON
 };
 
-// Asks the daemon behind `path`. NotFound when no daemon listens there (no socket, or a
-// stale one); IoError when it does not answer within `timeout_s`.
-Result<StatsReply> QueryStatsSocket(const std::filesystem::path& path, double timeout_s);
+// Asks the daemon behind `path`, which runs as `daemon_uid`. NotFound when no daemon
+// listens there (no socket, or a stale one); Permission when the peer is another user's
+// process; IoError when it does not answer within `timeout_s`.
+Result<StatsReply> QueryStatsSocket(const std::filesystem::path& path, uid_t daemon_uid,
+                                    double timeout_s);
 
 }  // namespace epochfs::daemon

@@ -128,6 +128,23 @@ Location InodeTable::LocationOf(const Inode& inode) const {
   return Location{inode.parent, inode.name};
 }
 
+std::string InodeTable::PathOf(const Inode& inode) const {
+  std::vector<std::string> parts;
+  Location loc = LocationOf(inode);
+  while (loc.parent) {
+    parts.push_back(std::move(loc.name));
+    const Inode& parent = *loc.parent;
+    if (parent.nodeid == kRootNodeId) break;
+    loc = LocationOf(parent);
+  }
+  std::string path;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (!path.empty()) path += '/';
+    path += *it;
+  }
+  return path;
+}
+
 void InodeTable::Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr<Inode>& new_parent,
                       const std::string& new_name) {
   MutexLock lock(mutex_);

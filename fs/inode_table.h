@@ -43,6 +43,8 @@ struct Inode {
   // Open file handles ("open" mode): while there are any, the node's attributes are its
   // inode's even if its name now means something else (fstat of an unlinked open file).
   std::atomic<int> open_handles{0};
+  // Of those, the ones open for writing: changed under open_order (WriteFence).
+  std::atomic<int> open_for_writing{0};
   // Changes the mount is making to the source file now (see MountChange), and how many
   // it has finished: the kernel follows such changes itself (writes are write-through),
   // so an identity observed while one was under way explains nothing, and dropping the
@@ -126,6 +128,9 @@ class InodeTable {
 
   // The current location of a non-root node.
   Location LocationOf(const Inode& inode) const;
+  // The node's path relative to the root, by the names it is known by now ("" for the
+  // root).
+  std::string PathOf(const Inode& inode) const;
 
   // After a rename in the source: the node now lives at (new_parent, new_name).
   void Move(const std::shared_ptr<Inode>& inode, const std::shared_ptr<Inode>& new_parent,

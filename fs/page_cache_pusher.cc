@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <mutex>
+#include <optional>
 
 #include "base/thread_name.h"
 #include "fmt/format.h"
@@ -16,6 +17,8 @@ namespace {
 // the reader to copy them (a drop before would cost it the READ again), short enough
 // that a few milliseconds of reads is all the kernel holds on top of --ram.
 constexpr auto kReadDropDelay = std::chrono::milliseconds(10);
+// How long a drop put off by a writer waits before it is tried again.
+constexpr auto kPutOffDropDelay = std::chrono::milliseconds(100);
 }  // namespace
 
 PageCachePusher::PageCachePusher(bool one_copy)
@@ -32,12 +35,13 @@ PageCachePusher::~PageCachePusher() {
 }
 
 void PageCachePusher::Attach(struct fuse_session* session, InodeTable& inodes,
-                             cache::Cache& cache, Invalidator& invalidator) {
+                             cache::Cache& cache, Invalidator& invalidator, WriteFence& fence) {
   std::unique_lock attached(attach_mu_);
   session_ = session;
   inodes_ = &inodes;
   cache_ = &cache;
   invalidator_ = &invalidator;
+  fence_ = &fence;
 }
 
 void PageCachePusher::Detach() {
@@ -46,6 +50,7 @@ void PageCachePusher::Detach() {
   inodes_ = nullptr;
   cache_ = nullptr;
   invalidator_ = nullptr;
+  fence_ = nullptr;
 }
 
 Result<cache::SourceIdentity> PageCachePusher::StatNow(const Inode& node) const {
@@ -106,6 +111,14 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
   bool forgotten = false;
   {
     MutexLock order(node->open_order);
+    const Result<WriteFence::Held> fenced = fence_->Enter(*inodes_, *node);
+    if (!fenced.ok()) {
+      if (fenced.status().code() == Code::kBusy) {
+        writers_open_.fetch_add(1, std::memory_order_relaxed);
+      }
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return PushResult::kRefused;
+    }
     const InodeTable::Observation seen = InodeTable::Observe(*node);
     if (!MayStore(*node, file, seen)) {
       refused_.fetch_add(1, std::memory_order_relaxed);
@@ -194,7 +207,7 @@ void PageCachePusher::AfterWholeRead(Inode& node, const cache::SourceIdentity& f
   {
     MutexLock lock(drops_mu_);
     read_drops_.push_back(
-        ReadDrop{file.dev, file.ino, std::chrono::steady_clock::now() + kReadDropDelay});
+        LaterDrop{file.dev, file.ino, std::chrono::steady_clock::now() + kReadDropDelay});
   }
   drops_cv_.notify_one();
 }
@@ -214,15 +227,23 @@ void PageCachePusher::RunDrops() {
           read_drops_.pop_front();
           ++from_reads;
         }
+        while (!put_off_drops_.empty() && put_off_drops_.front().due <= now) {
+          batch.emplace_back(put_off_drops_.front().dev, put_off_drops_.front().ino);
+          put_off_drops_.pop_front();
+        }
         if (!drops_.empty()) {
           batch.insert(batch.end(), drops_.begin(), drops_.end());
           drops_.clear();
         }
         if (!batch.empty()) break;
-        if (read_drops_.empty()) {
-          lock.Wait(drops_cv_);
+        std::optional<std::chrono::steady_clock::time_point> next;
+        for (const auto* later : {&read_drops_, &put_off_drops_}) {
+          if (!later->empty() && (!next || later->front().due < *next)) next = later->front().due;
+        }
+        if (next) {
+          lock.WaitFor(drops_cv_, *next - now);
         } else {
-          lock.WaitFor(drops_cv_, read_drops_.front().due - now);
+          lock.Wait(drops_cv_);
         }
       }
     }
@@ -236,7 +257,20 @@ void PageCachePusher::RunDrops() {
     for (const auto& [dev, ino] : batch) {
       std::shared_ptr<Inode> node = inodes_->FindBySource(dev, ino);
       // A node the kernel forgot took its pages with it.
-      if (!node) continue;
+      if (!node || node->is_dir) continue;
+      MutexLock order(node->open_order);
+      const Result<WriteFence::Held> fenced = fence_->Enter(*inodes_, *node);
+      if (!fenced.ok() && fenced.status().code() == Code::kBusy) {
+        // A writer has the file open: its pages are the write's to keep current. Tried
+        // again later (until then the kernel holds them beyond --ram).
+        writers_open_.fetch_add(1, std::memory_order_relaxed);
+        MutexLock lock(drops_mu_);
+        put_off_drops_.push_back(
+            LaterDrop{dev, ino, std::chrono::steady_clock::now() + kPutOffDropDelay});
+        continue;
+      }
+      // Without a fence for another reason (no lease, the name gone), the drop still goes:
+      // pages held beyond --ram are a sure cost, a writer racing it an unlikely one.
       // Attributes and pages: FUSE drops attributes with any page range.
       InodeTable::NoteKernelDropped(*node);
       fuse_lowlevel_notify_inval_inode(session_, node->nodeid, 0, 0);
@@ -246,9 +280,17 @@ void PageCachePusher::RunDrops() {
 }
 
 PageCachePusher::Stats PageCachePusher::GetStats() const {
-  return Stats{pushed_files_.load(), pushed_bytes_.load(), not_known_.load(),
-               refused_.load(),       store_errors_.load(), dropped_after_.load(),
-               reads_moved_.load(),   reads_dropped_.load()};
+  Stats s;
+  s.pushed_files = pushed_files_.load();
+  s.pushed_bytes = pushed_bytes_.load();
+  s.not_known = not_known_.load();
+  s.refused = refused_.load();
+  s.writers_open = writers_open_.load();
+  s.store_errors = store_errors_.load();
+  s.dropped_after = dropped_after_.load();
+  s.reads_moved = reads_moved_.load();
+  s.reads_dropped = reads_dropped_.load();
+  return s;
 }
 
 void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const CounterVisitor& visit) {
@@ -271,6 +313,12 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
                     kCounter}
             .Show({.row = "page cache pushes", .label = "refused"}),
         s.refused);
+  visit(CounterInfo{"push_writers_open",
+                    "Pushes and page drops put off: a writer had the file open through the "
+                    "mount (fs/write_fence.h).",
+                    kCounter}
+            .Show({.row = "page cache pushes", .label = "writers open"}),
+        s.writers_open);
   visit(CounterInfo{"push_errors", "Stores the kernel refused for another reason.", kCounter}
             .Show({.row = "page cache pushes", .label = "errors"}),
         s.store_errors);

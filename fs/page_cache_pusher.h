@@ -18,9 +18,12 @@
 //    checked once before and once after the store. A change before the second check is
 //    caught there (the pages are dropped at once); one after it reaches the
 //    ChangeWatcher later, whose drop then comes after the store;
-//  - against a write through the mount: no push while one is under way, and the pages
-//    are dropped if one started meanwhile. A write holds its pages locked until the
-//    WRITE is answered, so a store that raced it is done only after the write shows.
+//  - against a write through the mount: not by anything the daemon sees, because the
+//    kernel fills and unlocks a write's pages before the daemon gets its WRITE, whose
+//    payload is then copied out of those pages. So a file is stored into (or its pages
+//    dropped) only behind a WriteFence, which holds writers off at open: no file open
+//    for writing through the mount is pushed, and none is opened for writing while a
+//    store or a drop is under way (fs/write_fence.h).
 //  Only bytes whose identity matches the source now, the kernel's attributes (so the
 //  store does not change i_size) and which are older than the racily clean window are
 //  pushed.
@@ -50,6 +53,7 @@
 #include "cache/cache.h"
 #include "fs/change_watcher.h"
 #include "fs/inode_table.h"
+#include "fs/write_fence.h"
 #include "prefetcher/kernel_pages.h"
 
 namespace epochfs::fs {
@@ -71,9 +75,11 @@ class PageCachePusher final : public prefetch::KernelPages {
   PageCachePusher& operator=(const PageCachePusher&) = delete;
 
   // From now on pushes go to `session` for the nodes of `inodes`, moving bytes out of
-  // `cache`; `invalidator` drops pages found stale after a push. All outlive Detach().
+  // `cache`; `invalidator` drops pages found stale after a push; `fence` keeps writers
+  // through the mount out of a file while its pages are stored or dropped. All outlive
+  // Detach().
   void Attach(struct fuse_session* session, InodeTable& inodes, cache::Cache& cache,
-              Invalidator& invalidator);
+              Invalidator& invalidator, WriteFence& fence);
   // No more pushes or drops; returns once the pushes in flight are done. Call before
   // the session ends. Idempotent.
   void Detach();
@@ -103,6 +109,7 @@ class PageCachePusher final : public prefetch::KernelPages {
     uint64_t pushed_bytes = 0;
     uint64_t not_known = 0;  // the kernel had no inode for the file (not looked up yet)
     uint64_t refused = 0;    // changed, racily clean, other attributes, or being written
+    uint64_t writers_open = 0;  // pushes and drops put off: a writer had the file open
     uint64_t store_errors = 0;
     uint64_t dropped_after = 0;  // found changed right after the store: dropped at once
     uint64_t reads_moved = 0;    // files a READ delivered whole, then charged as kernel entries
@@ -126,21 +133,25 @@ class PageCachePusher final : public prefetch::KernelPages {
   InodeTable* inodes_ = nullptr;
   cache::Cache* cache_ = nullptr;
   Invalidator* invalidator_ = nullptr;
+  WriteFence* fence_ = nullptr;
 
   const bool one_copy_;
   Mutex drops_mu_;
   std::condition_variable drops_cv_;
   bool stop_ GUARDED_BY(drops_mu_) = false;
   std::vector<std::pair<uint64_t, uint64_t>> drops_ GUARDED_BY(drops_mu_);
-  // AfterWholeRead's drops, each due a moment after its READ (kReadDropDelay), in order.
-  struct ReadDrop {
+  // Drops due later, each in order of its due time: AfterWholeRead's, a moment after
+  // their READ (kReadDropDelay), and those put off while a writer had the file open
+  // (kPutOffDropDelay).
+  struct LaterDrop {
     uint64_t dev, ino;
     std::chrono::steady_clock::time_point due;
   };
-  std::deque<ReadDrop> read_drops_ GUARDED_BY(drops_mu_);
+  std::deque<LaterDrop> read_drops_ GUARDED_BY(drops_mu_);
+  std::deque<LaterDrop> put_off_drops_ GUARDED_BY(drops_mu_);
 
   std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, not_known_{0}, refused_{0},
-      store_errors_{0}, dropped_after_{0}, reads_moved_{0}, reads_dropped_{0};
+      writers_open_{0}, store_errors_{0}, dropped_after_{0}, reads_moved_{0}, reads_dropped_{0};
   std::thread drop_thread_;
 };
 

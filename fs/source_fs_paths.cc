@@ -78,22 +78,7 @@ void SourceFs::ListPlanFolder(const std::string& folder, Caller caller, uint64_t
   ::closedir(dir);
 }
 
-std::string SourceFs::RelativePath(const Inode& inode) const {
-  std::vector<std::string> parts;
-  Location loc = inodes_.LocationOf(inode);
-  while (loc.parent) {
-    parts.push_back(std::move(loc.name));
-    const Inode& parent = *loc.parent;
-    if (parent.nodeid == kRootNodeId) break;
-    loc = inodes_.LocationOf(parent);
-  }
-  std::string path;
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    if (!path.empty()) path += '/';
-    path += *it;
-  }
-  return path;
-}
+std::string SourceFs::RelativePath(const Inode& inode) const { return inodes_.PathOf(inode); }
 
 Result<prefetch::PlannedFile> SourceFs::ResolvePlanEntry(const std::string& path, Caller caller,
                                                          CheckedFolders* folders) const {

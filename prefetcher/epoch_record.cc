@@ -35,7 +35,7 @@ Status SaveEpochRecord(const std::filesystem::path& path, const EpochRecord& rec
   text += fmt::format("pattern {}\n", PatternName(record.pattern));
 
   const std::string tmp = path.string() + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return Status::FromErrno(errno, "create " + tmp);
   for (size_t done = 0; done < text.size();) {
     ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -714,6 +715,158 @@ TEST_F(PermissionTest, WithAllowOtherTheSourcePermissionsApply) {
   EXPECT_NE(
       AsUser(kNobody, {"sh", "-c", "echo {} > " + (mnt_ / ".epochfs/stats").string()}).exit_code,
       0);
+}
+
+
+// The cache holds the bytes and names of what root read through the mount: no other user
+// may read any of it, and a cache made by an older version (its files readable by
+// everyone) is closed at the next mount.
+TEST_F(PermissionTest, TheCacheIsReadableByTheDaemonsUserAlone) {
+  fsys::create_directories(src_ / "private");
+  ASSERT_EQ(::chmod((src_ / "private").c_str(), 0700), 0);
+  WriteFile(src_ / "private" / "hidden-name.bin", "secret bytes 0600 in 0700\n");
+  ASSERT_EQ(::chmod((src_ / "private" / "hidden-name.bin").c_str(), 0600), 0);
+  AgeFile(src_ / "private" / "hidden-name.bin", 3600);
+  // Enough files for the prefetcher to record an epoch (and its file names).
+  std::vector<std::string> names = {"private/hidden-name.bin", "secret.txt"};
+  for (int i = 0; i < 40; i++) {
+    names.push_back("private/more-" + std::to_string(i) + ".bin");
+    WriteFile(src_ / names.back(), "more secret bytes " + std::to_string(i) + "\n");
+    ASSERT_EQ(::chmod((src_ / names.back()).c_str(), 0600), 0);
+    AgeFile(src_ / names.back(), 3600);
+  }
+  auto read_as_root = [&] {
+    Mount m(src_, mnt_, cache_, {"--allow-other"});
+    ASSERT_TRUE(m.ok()) << m.output();
+    for (const auto& name : names) ASSERT_FALSE(ReadFile(mnt_ / name).empty()) << name;
+    ASSERT_EQ(ReadFile(mnt_ / "private" / "hidden-name.bin"), "secret bytes 0600 in 0700\n");
+    EXPECT_TRUE(m.Unmount());  // packs flushed, the epoch record written
+  };
+  // Nothing under the cache dir opens for reading as nobody, not even by a full path
+  // (root lists them), and grep over the tree finds neither the bytes nor the names.
+  auto nobody_reads_nothing = [&](const std::string& when) {
+    std::vector<std::string> files;
+    for (const auto& e : fsys::recursive_directory_iterator(cache_)) {
+      if (e.is_regular_file()) files.push_back(e.path().string());
+    }
+    ASSERT_GT(files.size(), 3u) << when;
+    int opened = 0;
+    std::string which;
+    for (const auto& f : files) {
+      if (AsUser(kNobody, {"head", "-c", "1", f}).exit_code == 0) {
+        opened++;
+        which += " " + f;
+      }
+    }
+    EXPECT_EQ(opened, 0) << when << ": nobody opened" << which;
+    for (const char* needle : {"secret bytes", "uid 12345 only", "hidden-name"}) {
+      CommandResult grep = AsUser(kNobody, {"grep", "-r", "-l", "-a", needle, cache_.string()});
+      EXPECT_EQ(grep.output.find(cache_.string() + "/"), std::string::npos)
+          << when << ": " << needle << " found: " << grep.output;
+    }
+    struct ::stat st {};
+    ASSERT_EQ(::stat(cache_.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 077, 0u) << when;
+  };
+  read_as_root();
+  read_as_root();  // the files the record names are admitted to the SSD tier
+  {
+    // The control: the record names the file, the packs hold its bytes.
+    bool named = false;
+    for (const auto& e : fsys::recursive_directory_iterator(cache_)) {
+      if (e.is_regular_file() && ReadFile(e.path()).find("hidden-name") != std::string::npos) {
+        named = true;
+      }
+    }
+    ASSERT_TRUE(named) << "the epoch record should name the file";
+  }
+  nobody_reads_nothing("made by this version");
+  // As an older version left it: everything readable by everyone.
+  ASSERT_EQ(epochfs::testing::Run({"chmod", "-R", "go+rX", cache_.string()}).exit_code, 0);
+  ASSERT_EQ(AsUser(kNobody, {"grep", "-r", "-q", "-a", "secret bytes", cache_.string()}).exit_code, 0)
+      << "the control: an open cache gives the bytes away";
+  read_as_root();
+  nobody_reads_nothing("made by an older version, mounted again");
+}
+
+// The stats sockets' folder is root's and 0755: another user can create, remove or
+// replace nothing in it. One that got there anyway (a folder an older version left open)
+// and bound a socket of its own is not believed by `status` or `umount --dead-only`.
+TEST_F(PermissionTest, OtherUsersCannotTouchTheStatsSockets) {
+  Mount m(src_, mnt_, cache_);
+  ASSERT_TRUE(m.ok()) << m.output();
+  const fsys::path run = "/run/epochfs";
+  struct ::stat st {};
+  ASSERT_EQ(::stat(run.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  const std::string mine = [&] {
+    // The socket of this mount: named by its device number.
+    std::ifstream in("/proc/self/mountinfo");
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      std::string id, parent, dev, root, mp;
+      f >> id >> parent >> dev >> root >> mp;
+      if (mp == fsys::canonical(mnt_).string()) {
+        std::replace(dev.begin(), dev.end(), ':', '-');
+        return (run / (dev + ".sock")).string();
+      }
+    }
+    return std::string();
+  }();
+  ASSERT_TRUE(fsys::exists(mine)) << mine;
+  EXPECT_NE(AsUser(kNobody, {"touch", (run / "planted").string()}).exit_code, 0);
+  EXPECT_NE(AsUser(kNobody, {"rm", "-f", mine}).exit_code, 0);
+  EXPECT_TRUE(fsys::exists(mine));
+  EXPECT_NE(AsUser(kNobody, {"ln", "-sf", "/etc/passwd", mine}).exit_code, 0);
+  ASSERT_EQ(::lstat(mine.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_uid, 0u);
+
+  // As an older version left the folder: open to everyone. Nobody replaces the socket
+  // with one of their own that answers with made-up stats.
+  ASSERT_EQ(::chmod(run.c_str(), 0777), 0);
+  const std::string fake_server =
+      "import os, socket, time\n"
+      "p = '" + mine + "'\n"
+      "os.unlink(p)\n"
+      "s = socket.socket(socket.AF_UNIX)\n"
+      "s.bind(p)\n"
+      "s.listen(8)\n"
+      "s.settimeout(1)\n"
+      "end = time.time() + 6\n"
+      "while time.time() < end:\n"
+      "    try:\n"
+      "        c, _ = s.accept()\n"
+      "    except socket.timeout:\n"
+      "        continue\n"
+      "    c.sendall(b'{\"pid\": 1, \"mountpoint\": \"FAKE\", \"fake_counter\": 42}\\n')\n"
+      "    c.close()\n";
+  std::thread impostor([&] { AsUser(kNobody, {"/usr/bin/python3", "-c", fake_server}); });
+  bool replaced = false;
+  for (int i = 0; i < 100 && !replaced; i++) {
+    replaced = ::lstat(mine.c_str(), &st) == 0 && st.st_uid == 65534;
+    if (!replaced) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  ::chmod(run.c_str(), 0755);
+  ASSERT_TRUE(replaced) << "the control: an open folder lets another user in";
+  CommandResult status = Epochfs({"status", mnt_.string(), "--json"});
+  EXPECT_EQ(status.output.find("fake_counter"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("uid 65534"), std::string::npos) << status.output;
+  CommandResult dead_only = Epochfs({"umount", "--lazy", "--dead-only", mnt_.string()});
+  EXPECT_EQ(dead_only.exit_code, 2) << dead_only.output;
+  EXPECT_NE(dead_only.output.find("live daemon (pid " + std::to_string(m.Stats()["pid"].get<int>())),
+            std::string::npos)
+      << dead_only.output;
+  impostor.join();
+  ::unlink(mine.c_str());
+  EXPECT_TRUE(m.Unmount());
+  // The next mount narrows the folder an older version left open.
+  ASSERT_EQ(::chmod(run.c_str(), 0777), 0);
+  Mount again(src_, mnt_, cache_);
+  ASSERT_TRUE(again.ok()) << again.output();
+  ASSERT_EQ(::stat(run.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
 }  // namespace
