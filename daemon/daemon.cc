@@ -452,6 +452,19 @@ Status Daemon::Start() {
       why = "inotify unavailable";
     }
   }
+  if (options.consistency == Consistency::kOpen) {
+    // Only names that go: the kernel forgets files deleted underneath, and their disk
+    // space with them (fs/change_watcher.h).
+    auto names_watcher =
+        ChangeWatcher::Start(fs_->inodes(), *invalidator_, ChangeWatcher::Scope::kNamesGone);
+    if (names_watcher.ok()) {
+      watcher_ = std::move(*names_watcher);
+    } else {
+      spdlog::info("no watch for names deleted underneath ({}): their nodes stay until the "
+                   "kernel lets go of their entries",
+                   names_watcher.status().ToString());
+    }
+  }
   fs::FilesystemOptions core_options;
   core_options.timeouts = options.timeouts;
   core_options.kernel_asks_to_open = options.consistency == Consistency::kOpen;

@@ -56,6 +56,11 @@ void AccessWatcher::Watch(const Inode& dir) {
   (void)!::write(wake_fd_.get(), &one, sizeof(one));
 }
 
+void AccessWatcher::Forgotten(uint64_t nodeid) {
+  MutexLock lock(mu_);
+  marked_.erase(nodeid);
+}
+
 void AccessWatcher::Run() {
   NameThisThread("access-watch");
   while (true) {
@@ -150,8 +155,16 @@ void AccessWatcher::MarkQueued() {
     const std::string relative = nodeid == kRootNodeId ? std::string() : fs_.RelativePath(*dir);
     const std::filesystem::path path = relative.empty() ? mountpoint_ : mountpoint_ / relative;
     // Resolving the path may send LOOKUPs to this daemon: fine, from this thread.
-    if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR,
-                        FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str()) == 0) {
+    int marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR | evictable_,
+                                 FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str());
+    if (marked != 0 && errno == EINVAL && evictable_ != 0) {
+      spdlog::info("access watcher: this kernel has no evictable fanotify marks (Linux 5.19): "
+                   "a directory deleted underneath keeps its inode while the mount lives");
+      evictable_ = 0;
+      marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR,
+                               FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str());
+    }
+    if (marked == 0) {
       marks_.fetch_add(1, std::memory_order_relaxed);
     } else {
       if (mark_failures_.fetch_add(1, std::memory_order_relaxed) == 0) {

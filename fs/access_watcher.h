@@ -9,7 +9,11 @@
 // fsid), an inode mark is not; with FID reporting an event carries the file's handle
 // instead of an open fd, and a FUSE handle holds the node id: an event costs no FUSE
 // request at all. Marks are made on this class's own thread, through the mount's path
-// (a directory the kernel just looked up is already in its cache).
+// (a directory the kernel just looked up is already in its cache). The marks are
+// evictable (FAN_MARK_EVICTABLE, Linux 5.19): they do not keep the kernel from forgetting
+// a directory, or it could never forget one deleted underneath, nor let go of the
+// daemon's fd of it (and the disk space it holds). A directory forgotten and looked up
+// again is a new node, marked anew.
 //
 // When fanotify is unavailable (not root, an old kernel) Start() fails; the daemon then
 // keeps reporting demand reads as accesses, and does not push pages.
@@ -25,6 +29,8 @@
 // Thread-safety: Watch() is thread-safe and never blocks on the kernel; one thread
 // makes marks, reads events and calls the prefetcher.
 #pragma once
+
+#include <sys/fanotify.h>
 
 #include <atomic>
 #include <chrono>
@@ -59,6 +65,8 @@ class AccessWatcher {
 
   // Marks directory node `dir` (once; queued for the thread).
   void Watch(const Inode& dir);
+  // The kernel forgot directory node `nodeid` (its mark went with its inode).
+  void Forgotten(uint64_t nodeid);
   // A READ of a file reached the daemon. Returns whether opens are not being seen now
   // (paused, or the marks not back yet): the caller then reports the read as an access
   // itself. Resumes watching if paused.
@@ -88,6 +96,8 @@ class AccessWatcher {
   std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark
   std::unordered_set<uint64_t> marked_ GUARDED_BY(mu_);  // queued or marked already
   std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0}, pauses_{0};
+  // The watcher thread's own: FAN_MARK_EVICTABLE, or 0 once the kernel refused it.
+  unsigned evictable_ = FAN_MARK_EVICTABLE;
   std::atomic<uint64_t> demand_reads_{0};
   // Opens are seen (marks in place); false from a pause until the marks are back.
   std::atomic<bool> watching_{true};

@@ -18,11 +18,14 @@ namespace {
 
 constexpr uint32_t kDirMask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |
                               IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR | IN_EXCL_UNLINK;
+constexpr uint32_t kNamesGoneMask =
+    IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR | IN_EXCL_UNLINK;
 
 }  // namespace
 
 Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& table,
-                                                           Invalidator& invalidator) {
+                                                           Invalidator& invalidator,
+                                                           Scope scope) {
   UniqueFd inotify_fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!inotify_fd) return Status::FromErrno(errno, "inotify_init1");
   UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -30,16 +33,17 @@ Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& ta
   UniqueFd later_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!later_fd) return Status::FromErrno(errno, "eventfd");
   std::unique_ptr<ChangeWatcher> watcher(new ChangeWatcher(
-      std::move(inotify_fd), std::move(wake_fd), std::move(later_fd), table, invalidator));
+      std::move(inotify_fd), std::move(wake_fd), std::move(later_fd), table, invalidator, scope));
   watcher->thread_ = std::thread([w = watcher.get()] { w->Run(); });
   return watcher;
 }
 
 ChangeWatcher::ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,
-                             const InodeTable& table, Invalidator& invalidator)
+                             const InodeTable& table, Invalidator& invalidator, Scope scope)
     : inotify_fd_(std::move(inotify_fd)),
       wake_fd_(std::move(wake_fd)),
       later_fd_(std::move(later_fd)),
+      scope_(scope),
       table_(table),
       invalidator_(invalidator) {}
 
@@ -56,7 +60,8 @@ void ChangeWatcher::Watch(const Inode& dir) {
   // inotify takes a path; the O_PATH fd's /proc link names exactly this directory even
   // when the source is hidden under the mount.
   const std::string path = fmt::format("/proc/self/fd/{}", dir.path_fd.get());
-  const int wd = ::inotify_add_watch(inotify_fd_.get(), path.c_str(), kDirMask);
+  const int wd = ::inotify_add_watch(inotify_fd_.get(), path.c_str(),
+                                     scope_ == Scope::kEverything ? kDirMask : kNamesGoneMask);
   if (wd < 0) {
     if (watch_failures_.fetch_add(1) == 0) {
       spdlog::warn(
@@ -200,6 +205,7 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
   if (mask & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)) {
     invalidator_.InvalidateEntry(parent_nodeid, name);
   }
+  if (scope_ == Scope::kNamesGone) return;
   if (mask & (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO)) {
     struct ::stat st {};
     const int dir_fd = parent->path_fd.get();

@@ -6,12 +6,19 @@
 // event for a name in it invalidates the kernel's entry for that name (so the next
 // path walk looks it up again: renamed over, deleted, created) and, when the name
 // still resolves to a known node, that node's attributes and pages (modified). Events
-// caused by the daemon's own pass-through writes invalidate too, which is harmless.
+// caused by the daemon's own pass-through writes leave the kernel's pages alone: it
+// follows its own writes (InodeTable::KernelCacheFollows).
 // inotify sees changes made on this machine only: network filesystems use the "open"
 // mode instead.
 //
 // Thread-safety: Watch/Unwatch are thread-safe; one thread reads events and calls
 // the Invalidator, never from inside a FUSE request (the kernel forbids that).
+//
+// In the "open" mode the kernel re-checks every file at open, so the watcher only follows
+// names that go (Scope::kNamesGone: deleted, renamed away or over): it drops the kernel's
+// entry, so that the kernel forgets a file deleted underneath and the daemon lets go of
+// its fd of it (with it, the file's disk space). Without it such a node stayed until the
+// kernel reclaimed the entry, which a mount that is never looked at again never does.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +47,16 @@ class Invalidator {
 
 class ChangeWatcher {
  public:
+  enum class Scope {
+    kEverything,  // "notify" mode: names, attributes and pages
+    kNamesGone,   // "open" mode: only names deleted, renamed away or renamed over
+  };
   // Starts the event thread. `table` outlives the watcher.
   static Result<std::unique_ptr<ChangeWatcher>> Start(const InodeTable& table,
-                                                      Invalidator& invalidator);
+                                                      Invalidator& invalidator,
+                                                      Scope scope = Scope::kEverything);
+  // Whether the watcher follows changes to files' contents (Scope::kEverything).
+  bool follows_contents() const { return scope_ == Scope::kEverything; }
   ~ChangeWatcher();
 
   // Starts watching directory node `dir` (idempotent). A failure (the inotify watch
@@ -71,13 +85,14 @@ class ChangeWatcher {
 
  private:
   ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,
-                const InodeTable& table, Invalidator& invalidator);
+                const InodeTable& table, Invalidator& invalidator, Scope scope);
   void Run();
   void Handle(int wd, uint32_t mask, const std::string& name);
 
   UniqueFd inotify_fd_;
   UniqueFd wake_fd_;   // an eventfd that ends Run()
   UniqueFd later_fd_;  // an eventfd: InvalidateLater() queued something
+  const Scope scope_;
   const InodeTable& table_;
   Invalidator& invalidator_;
   mutable Mutex mutex_;

@@ -207,6 +207,7 @@ void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
   std::shared_ptr<Inode> gone = inodes_.Forget(nodeid, nlookup);
   if (gone && gone->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Unwatch(*gone);
+    if (AccessWatcher* access = access_.load()) access->Forgotten(gone->nodeid);
   }
 }
 
@@ -750,6 +751,7 @@ Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
 void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
                                 InodeTable::Observation seen) {
   ChangeWatcher* watcher = watcher_.load();
+  if (watcher != nullptr && !watcher->follows_contents()) watcher = nullptr;  // "open" mode
   const auto match = inodes_.SwapKernelCacheId(inode, id, seen, /*can_defer=*/watcher != nullptr);
   if (match == InodeTable::CacheMatch::kRecent) {
     watcher->InvalidateLater(inode.nodeid, InodeTable::RacilyCleanUntil(id));
