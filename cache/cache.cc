@@ -134,8 +134,9 @@ Status Validate(const CacheOptions& o) {
     }
     if (o.disk_budget < 8 * entry) {
       return Status::InvalidArgument(
-          fmt::format("disk_budget {} is too small for chunk_size {} (at least {})", o.disk_budget,
-                      o.chunk_size, 8 * entry));
+          fmt::format("disk budget {} is too small for chunk size {} (at least {}; a budget of "
+                      "0 runs without the SSD tier)",
+                      o.disk_budget, o.chunk_size, 8 * entry));
     }
   }
   return Status::Ok();

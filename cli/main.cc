@@ -124,6 +124,20 @@ int main(int argc, char** argv) {
     if (!run_command.empty() && run_command.front() == "--") run_command.erase(run_command.begin());
   }
 
+  // CLI11 would say only "A subcommand is required" for a word it does not know.
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || sub->check_name(argv[1]);
+    }
+    if (!found) {
+      return Refuse(std::string("unknown command '") + argv[1] + "' (commands: " + known +
+                    "; see epochfs --help)");
+    }
+  }
+
   try {
     app.parse(parse_argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -46,7 +46,8 @@ std::vector<OptionRow> BuildTable() {
        .toml_key = "disk",
        .fstab_keys = {"disk"},
        .type = kSize,
-       .help = "SSD tier budget, e.g. 200G (default: half the free space)",
+       .help = "SSD tier budget, e.g. 200G (default: half the free space); 0: no SSD tier, "
+               "RAM only",
        .apply =
            [](const OptionValue& v, MountOptions& o) {
              o.disk_budget = v.number;

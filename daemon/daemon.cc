@@ -308,6 +308,10 @@ Status Daemon::Start() {
     if (::ftruncate(fd, 0) != 0) spdlog::warn("cannot clear the pid in the cache dir's lock file");
   });
   if (!options.disk_budget_set) options.disk_budget = DefaultDiskBudget(options.cache_dir);
+  if (options.disk_budget == 0) {
+    spdlog::info("--disk 0: no SSD tier; the cache is the RAM tier alone, and a restart "
+                 "starts cold");
+  }
   RaiseFdLimit();
 
   memory_ = PlanMemory(options.ram_budget);

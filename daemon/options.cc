@@ -230,6 +230,14 @@ Status ResolveAndValidate(MountOptions& options) {
         limit->cgroup));
   }
   if (options.max_threads < 1) return Status::InvalidArgument("--threads must be at least 1");
+  // NaN passes every range check ("nan < 0" and "nan > 86400" are both false).
+  for (const auto& [flag, seconds] : {std::pair{"--attr-timeout", options.timeouts.attr_s},
+                                      std::pair{"--entry-timeout", options.timeouts.entry_s}}) {
+    if (!std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
+      return Status::InvalidArgument(
+          fmt::format("{} must be a number of seconds from 0 to 86400, not {}", flag, seconds));
+    }
+  }
   if (!options.log_file.empty()) {
     // The daemon's only voice once it is in the background: refuse a log that cannot be
     // written instead of logging nowhere.

@@ -154,6 +154,12 @@ void DoRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
   auto open = Counted(req, RequestKind::k_open).Open(ino, fi->flags);
+  if (!open.ok() && open.status().code() == Code::kStale) {
+    // "Look the name up again" ("open" mode, a file changed underneath): an everyday
+    // answer, counted as open_relookups, not among the errors of a healthy mount.
+    fuse_reply_err(req, ESTALE);
+    return;
+  }
   if (!open.ok()) return ReplyError(req, open.status());
   if (open->kernel_opens_alone) {
     fuse_reply_err(req, ENOSYS);  // no failure: the kernel stops asking

@@ -68,10 +68,11 @@ Status PlanParser::Line(std::string_view line, const Resolve& resolve,
       auto file = resolve(std::string(line));
       if (!file.ok()) {
         std::string why =
-            fmt::format("plan line {}: {}", entries_.size() + 2, file.status().ToString());
-        // "You may not read it" stays a permission error; everything else is a bad plan.
+            fmt::format("plan line {}: {}", entries_.size() + 2, file.status().message());
+        // "You may not read it" stays a permission error (its message says so already);
+        // everything else is a bad plan.
         if (file.status().code() == Code::kPermission) {
-          return Fail(Status::FromErrno(EACCES, std::move(why)));
+          return Fail(Status(Code::kPermission, std::move(why), EACCES));
         }
         return Fail(Status::InvalidArgument(std::move(why)));
       }

@@ -86,6 +86,9 @@ TEST_F(PlanParserTest, UnreadableFileIsAPermissionError) {
   std::optional<std::vector<PlannedFile>> out;
   Status st = WriteAll(p, "epochfs-plan 1\nsecret/x\n\n", &out);
   EXPECT_EQ(st.code(), Code::kPermission) << st.ToString();
+  EXPECT_EQ(st.err(), EACCES);
+  // Said once, with the line: not "Permission denied: Permission denied".
+  EXPECT_EQ(st.message(), "plan line 2: may not read: Permission denied");
   EXPECT_FALSE(out.has_value());
 }
 

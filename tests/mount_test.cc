@@ -488,6 +488,24 @@ TEST_F(MountTest, EveryErrorReplyIsCounted) {
   EXPECT_EQ(m->Stats()["request_errors"].get<uint64_t>(), before + 2);
 }
 
+// In "open" mode an open that finds the file changed underneath asks the kernel to look
+// its name up again (ESTALE): counted as a relookup, not as an error (every change
+// underneath made a healthy mount's errors grow).
+TEST_F(MountTest, ARelookupAfterAChangeUnderneathIsNoError) {
+  WriteFile(src_ / "f", "first");
+  AgeFile(src_ / "f", 3600);
+  auto m = MountIt({"--consistency", "open"});
+  ASSERT_TRUE(m->ok());
+  ASSERT_EQ(ReadFile(mnt_ / "f"), "first");
+  const auto before = m->Stats();
+  WriteFile(src_ / "f", "second, longer");
+  EXPECT_EQ(ReadFile(mnt_ / "f"), "second, longer");
+  const auto after = m->Stats();
+  EXPECT_GT(after["open_relookups"].get<uint64_t>(), before["open_relookups"].get<uint64_t>())
+      << after.dump();
+  EXPECT_EQ(after["request_errors"], before["request_errors"]) << after.dump();
+}
+
 TEST_F(MountTest, LargeFilesAreReadInChunkSizedRequests) {
   // 8 MiB read cold: at the kernel's default 128 KiB readahead that is 64 READs.
   const std::string big = RandomBytes(8u << 20, 12);

@@ -251,6 +251,19 @@ void ReadAndCheck(const fsys::path& mnt, int owners, Report& report) {
 
 class TortureTest : public MountedDirsTest, public ::testing::WithParamInterface<const char*> {
  protected:
+  // A failed run keeps the daemon's debug log (the test folder goes with the test): the
+  // failures are rare and timing-bound, and the log is what tells why.
+  void TearDown() override {
+    if (!HasFailure()) return;
+    const fsys::path kept = fsys::temp_directory_path() /
+                            ("epochfs-torture-" + std::string(GetParam()) + "-" +
+                             std::to_string(::getpid()) + ".log");
+    std::error_code ec;
+    fsys::copy_file(cache_ / "epochfs.log", kept, fsys::copy_options::overwrite_existing, ec);
+    std::cout << (ec ? "could not keep the daemon's log: " + ec.message()
+                     : "the daemon's log is kept in " + kept.string())
+              << "\n";
+  }
   // The daemon's decisions to drop the kernel's cached pages of the files named in
   // `failures` (by source inode, and by the nodes the log ties to those), from its log:
   // the last 40.
