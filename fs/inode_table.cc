@@ -304,10 +304,16 @@ std::optional<cache::SourceIdentity> InodeTable::KernelAttrId(const Inode& inode
   return inode.kernel_attr_id;
 }
 
-bool InodeTable::MayAskRelookup(Inode& inode, int64_t window_ns) {
+bool InodeTable::RelookupPending(const Inode& inode) const {
   const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);
-  if (inode.relookup_asked_at_ns != 0 && now - inode.relookup_asked_at_ns < window_ns) {
+  return inode.relookup_asked_at_ns != 0 && now - inode.relookup_asked_at_ns < kRelookupWindowNs;
+}
+
+bool InodeTable::MayAskRelookup(Inode& inode) {
+  const int64_t now = cache::WallClockNs();
+  MutexLock lock(mutex_);
+  if (inode.relookup_asked_at_ns != 0 && now - inode.relookup_asked_at_ns < kRelookupWindowNs) {
     return false;
   }
   inode.relookup_asked_at_ns = now;

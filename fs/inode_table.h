@@ -209,10 +209,18 @@ class InodeTable {
   // The identity the kernel's attributes of `inode` show (its last LOOKUP or CREATE
   // reply, or the mount's own change), if any.
   std::optional<cache::SourceIdentity> KernelAttrId(const Inode& inode) const;
+  // How long after an open answered ESTALE (to refresh the kernel's attributes) another
+  // open of the node reads with direct I/O instead (the kernel retries only once), and
+  // nothing drops the node's attributes (RelookupPending).
+  static constexpr int64_t kRelookupWindowNs = 100'000'000;
   // Whether an open may answer ESTALE to have the kernel look `inode` up again: not if
-  // it did so within the last `window_ns` (the kernel retries an open once; a file
+  // it did so within the last kRelookupWindowNs (the kernel retries an open once; a file
   // changed again in between must not turn into an error). Records the answer.
-  bool MayAskRelookup(Inode& inode, int64_t window_ns);
+  bool MayAskRelookup(Inode& inode);
+  // Whether an ESTALE relookup was asked for `inode` within kRelookupWindowNs: its LOOKUP
+  // may still be on its way, and a drop of the node's attributes (which moves their
+  // version on) would make the kernel discard that reply while the daemon believes it.
+  bool RelookupPending(const Inode& inode) const;
 
   // Pins: O_PATH fds of source files the kernel does not know yet, held so that their
   // dentries and inodes stay in memory until it looks them up (fs/metadata_warmup.h).

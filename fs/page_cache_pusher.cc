@@ -67,6 +67,8 @@ Result<cache::SourceIdentity> PageCachePusher::StatNow(const Inode& node) const 
 bool PageCachePusher::MayStore(Inode& node, const cache::SourceIdentity& file,
                                const InodeTable::Observation& seen) {
   if (seen.during_change) return false;  // a write through the mount is under way
+  // A relookup's reply may be on its way: a drop now would make the kernel discard it.
+  if (inodes_->RelookupPending(node)) return false;
   if (cache::WallClockNs() < InodeTable::RacilyCleanUntil(file)) return false;
   Result<cache::SourceIdentity> now = StatNow(node);
   if (!now.ok() || !(*now == file)) return false;

@@ -547,7 +547,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
     // would read with that size. ESTALE makes it look the name up again (the VFS
     // retries an open once, with LOOKUP_REVAL) and open anew with fresh attributes.
-    if (inodes_.MayAskRelookup(**inode, kRelookupWindowNs)) {
+    if (inodes_.MayAskRelookup(**inode)) {
       // Dropped first: a reply still in flight with older attributes is then refused
       // by the kernel (the drop moves its attribute version on).
       if (Invalidator* kernel = kernel_.load()) kernel->InvalidateInode(nodeid);
@@ -555,19 +555,25 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
       return Status::Stale(fmt::format("node {}: changed since the kernel's attributes",
                                        nodeid));
     }
-    // Changed again right after that LOOKUP: this open reads past any cached size, from
-    // the daemon (a direct I/O read is not clamped to i_size), and the attributes are
-    // dropped for the next stat.
+    // Changed again right after that LOOKUP, or another opener's LOOKUP is still on its
+    // way: this open reads past any cached size, from the daemon (a direct I/O read is
+    // not clamped to i_size). No drop of the attributes here: it would move their version
+    // on, and the kernel would discard the reply to the LOOKUP the ESTALE asked for,
+    // which the daemon then believes applied (an open that trusted it read a file
+    // truncated underneath at its old size).
     result.direct_io = true;
     open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
-    if (Invalidator* kernel = kernel_.load()) kernel->InvalidateInode(nodeid);
   }
   const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
   result.keep_cache = match == InodeTable::CacheMatch::kSame;
-  if (match == InodeTable::CacheMatch::kChanged) {
+  if (inodes_.RelookupPending(**inode)) {
+    // The same reason: while a relookup's reply may be on its way, the kernel's pages are
+    // dropped by this open (keep_cache off, which moves no attribute version), whatever
+    // it found, so that no opener keeps pages older than a change another one saw.
+    result.keep_cache = false;
+  } else if (match == InodeTable::CacheMatch::kChanged) {
     spdlog::debug("open of node {} (source inode {}): changed since its pages were read",
                   nodeid, id.ino);
-    cache_->Invalidate(id.dev, id.ino);
     if (Invalidator* kernel = kernel_.load()) {
       // Dropped now (attributes and pages), while the lock holds other opens back: an
       // open that raced this one and found the new identity already recorded would
@@ -576,6 +582,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
       result.keep_cache = true;
     }
   }
+  if (match == InodeTable::CacheMatch::kChanged) cache_->Invalidate(id.dev, id.ino);
   // Without keep_cache the kernel drops the file's pages at this open.
   if (!result.keep_cache) InodeTable::NoteKernelDropped(**inode);
   result.handle = NewHandle(*inode, std::move(fd), id, flags);

@@ -265,9 +265,6 @@ class SourceFs {
   // with the source client's caches bypassed (kStale if the name is gone or names
   // another file); the fd is empty.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> CheckNode(const Inode& inode);
-  // How long after an open answered ESTALE (to refresh the kernel's attributes) another
-  // open of the node reads with direct I/O instead: the kernel retries only once.
-  static constexpr int64_t kRelookupWindowNs = 100'000'000;
   // Writes through `fd` (of `node`), then drops the cache's copy and records the
   // identity the write left; `fh` (if any) takes that identity too.
   Result<size_t> WriteFd(int fd, Inode& node, FileHandle* fh, const char* data, size_t size,
