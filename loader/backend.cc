@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -34,6 +35,19 @@ class HostBackend final : public Backend {
 
   Result<std::unique_ptr<SlotMemory>> Allocate(size_t bytes, size_t index, size_t count) override {
     size_t n = bytes == 0 ? 1 : bytes;
+    // Where the kernel overcommits (vm.overcommit_memory=1, or a mapping below its
+    // heuristic's limit), mmap grants more than the machine has, and the reader would be
+    // killed filling it: a buffer no machine of this size can hold is refused here.
+    const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                              static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    if (physical > 0 && n > physical) {
+      return Status(Code::kNoMemory,
+                    "host: cannot allocate batch buffer " + std::to_string(index + 1) + " of " +
+                        std::to_string(count) + " (" + std::to_string(n) +
+                        " bytes): more than this machine's " + std::to_string(physical) +
+                        " bytes of memory",
+                    ENOMEM);
+    }
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       int err = errno;

@@ -59,6 +59,10 @@ class FileReader {
 // says why in *why_not.
 std::unique_ptr<FileReader> NewUringReader(unsigned queue_depth, Status* why_not);
 std::unique_ptr<FileReader> NewPreadReader();
+// `readers` (at least one), each driven by a thread of its own, sharing the requests; each
+// takes up to `depth_each` at a time. One reader is returned as it is.
+std::unique_ptr<FileReader> NewParallelReader(std::vector<std::unique_ptr<FileReader>> readers,
+                                              unsigned depth_each);
 
 // The open(2) flags both readers use, and the errors both produce.
 constexpr int kSampleOpenFlags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;

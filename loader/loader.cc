@@ -113,8 +113,10 @@ class BatchImpl final : public Batch {
 class LoaderImpl final : public Loader {
  public:
   LoaderImpl(LoaderOptions options, std::vector<uint64_t> sizes, std::shared_ptr<Ring> ring,
-             std::unique_ptr<FileReader> reader, std::unique_ptr<PlanPublisher> publisher)
+             std::unique_ptr<FileReader> reader, unsigned reader_threads,
+             std::unique_ptr<PlanPublisher> publisher)
       : options_(std::move(options)),
+        reader_threads_(reader_threads),
         sizes_(std::move(sizes)),
         ring_(std::move(ring)),
         reader_(std::move(reader)),
@@ -208,6 +210,7 @@ class LoaderImpl final : public Loader {
   bool on_device() const override { return ring_->backend->on_device(); }
   int device_id() const override { return ring_->backend->device_id(); }
   const char* io_backend() const override { return reader_->name(); }
+  unsigned reader_threads() const override { return reader_threads_; }
   const std::string& plan_root() const override { return plan_root_; }
 
   LoaderStats stats() const override {
@@ -381,6 +384,7 @@ class LoaderImpl final : public Loader {
   }
 
   const LoaderOptions options_;
+  const unsigned reader_threads_;
   const std::vector<uint64_t> sizes_;
   std::shared_ptr<Ring> ring_;
   std::unique_ptr<FileReader> reader_;  // used by the reader thread only while it runs
@@ -393,6 +397,13 @@ class LoaderImpl final : public Loader {
   double consumer_wait_s_ = 0;
 };
 
+unsigned ReaderThreads(const LoaderOptions& o) {
+  if (o.reader_threads > 0) return o.reader_threads;
+  // Half the cores: the other half decode, augment and run the training loop.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp(cores / 2, 1u, 16u);
+}
+
 Status ValidateOptions(const LoaderOptions& o) {
   auto bad = [](const std::string& m) { return Status(Code::kInvalidArgument, m, EINVAL); };
   if (o.files.empty()) return bad("no files");
@@ -403,6 +414,7 @@ Status ValidateOptions(const LoaderOptions& o) {
   }
   if (o.num_buffers < 2) return bad("num_buffers must be at least 2");
   if (o.queue_depth == 0 || o.queue_depth > 4096) return bad("queue_depth must be in [1, 4096]");
+  if (o.reader_threads > 256) return bad("reader_threads must be in [0, 256] (0: half the cores)");
   if (o.record_bytes == 0 && o.record_offset != 0) {
     return bad("record_offset needs record_bytes (fixed-size records)");
   }
@@ -464,20 +476,35 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
     ring->free_slots.push_back(options.num_buffers - 1 - s);
   }
 
-  std::unique_ptr<FileReader> reader;
-  if (options.io != IoBackend::kPread) {
-    Status why_not;
-    reader = NewUringReader(options.queue_depth, &why_not);
-    if (!reader) {
-      if (options.io == IoBackend::kUring) return why_not;
-      static std::atomic<bool> logged{false};
-      if (!logged.exchange(true)) {
-        spdlog::warn("epochfs loader: io_uring unavailable ({}); reading with pread",
-                     why_not.ToString());
+  // Several threads, each with its own reader: a read from the page cache is a copy made
+  // by the thread that submits it (file_reader.h, NewParallelReader).
+  const unsigned threads = ReaderThreads(options);
+  const unsigned depth_each = std::max(1u, options.queue_depth / threads);
+  std::vector<std::unique_ptr<FileReader>> readers;
+  bool use_uring = options.io != IoBackend::kPread;
+  for (unsigned t = 0; t < threads; ++t) {
+    std::unique_ptr<FileReader> one;
+    if (use_uring) {
+      Status why_not;
+      one = NewUringReader(depth_each, &why_not);
+      if (!one) {
+        if (options.io == IoBackend::kUring) return why_not;
+        static std::atomic<bool> logged{false};
+        if (!logged.exchange(true)) {
+          spdlog::warn("epochfs loader: io_uring unavailable ({}); reading with pread",
+                       why_not.ToString());
+        }
+        use_uring = false;
+        readers.clear();
+        t = static_cast<unsigned>(-1);  // start over with pread readers
+        continue;
       }
+    } else {
+      one = NewPreadReader();
     }
+    readers.push_back(std::move(one));
   }
-  if (!reader) reader = NewPreadReader();
+  std::unique_ptr<FileReader> reader = NewParallelReader(std::move(readers), depth_each);
 
   std::unique_ptr<PlanPublisher> publisher;
   if (options.publish_plan) {
@@ -496,7 +523,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   }
 
   return std::unique_ptr<Loader>(new LoaderImpl(std::move(options), std::move(sizes),
-                                                std::move(ring), std::move(reader),
+                                                std::move(ring), std::move(reader), threads,
                                                 std::move(publisher)));
 }
 

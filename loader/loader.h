@@ -2,9 +2,9 @@
 //
 // What it does. Given a list of sample files (or an ImageFolder-style tree, where each
 // class folder becomes an integer label), a batch size and an explicit order per epoch
-// (a permutation of sample indices, or this rank's shard of one), a reader thread opens
-// and reads many files at once with io_uring (a pread loop where io_uring is missing)
-// into a ring of staging buffers. With CUDA the staging buffers are pinned
+// (a permutation of sample indices, or this rank's shard of one), a reader thread lays
+// batches out in a ring of staging buffers and has several worker threads open and read
+// many files at once with io_uring (a pread loop where io_uring is missing). With CUDA the staging buffers are pinned
 // (cudaHostAlloc) and each finished batch is copied to its own device buffer with
 // cudaMemcpyAsync on a dedicated non-blocking stream, followed by an event; Next() makes
 // the consumer's stream wait on that event, so neither the reader nor the consumer
@@ -109,7 +109,11 @@ struct LoaderOptions {
   uint64_t record_bytes = 0;
 
   size_t num_buffers = 4;     // batch slots in the ring (>= 2)
-  unsigned queue_depth = 64;  // files in flight at once
+  unsigned queue_depth = 64;  // files in flight at once, over all reader threads
+  // Threads reading files (each with its own io_uring ring): a read from the page cache
+  // is a copy made by the thread that submits it, so delivery scales with them.
+  // 0: half the cores, at most 16.
+  unsigned reader_threads = 0;
   IoBackend io = IoBackend::kAuto;
   bool publish_plan = true;  // write each epoch's order to an epochfs mount's plan file
 };
@@ -176,6 +180,7 @@ class Loader {
   virtual bool on_device() const = 0;
   virtual int device_id() const = 0;
   virtual const char* io_backend() const = 0;  // "io_uring" or "pread"
+  virtual unsigned reader_threads() const = 0;
   // The epochfs mount root the plan is published to, empty if none.
   virtual const std::string& plan_root() const = 0;
   virtual LoaderStats stats() const = 0;

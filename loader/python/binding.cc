@@ -222,7 +222,8 @@ PYBIND11_MODULE(_epochfs, m) {
           py::init([](std::vector<std::string> files, std::vector<int64_t> labels,
                       size_t batch_size, bool drop_last, const std::string& device, int cuda_device,
                       uint64_t record_offset, uint64_t record_bytes, size_t num_buffers,
-                      unsigned queue_depth, const std::string& io, bool publish_plan) {
+                      unsigned queue_depth, const std::string& io, bool publish_plan,
+                      unsigned reader_threads) {
             LoaderOptions o;
             o.files = std::move(files);
             o.labels = std::move(labels);
@@ -236,6 +237,7 @@ PYBIND11_MODULE(_epochfs, m) {
             o.queue_depth = queue_depth;
             o.io = ParseIo(io);
             o.publish_plan = publish_plan;
+            o.reader_threads = reader_threads;
             std::unique_ptr<Loader> loader;
             Status st;
             {
@@ -253,7 +255,7 @@ PYBIND11_MODULE(_epochfs, m) {
           py::arg("files"), py::arg("labels"), py::arg("batch_size"), py::arg("drop_last"),
           py::arg("device"), py::arg("cuda_device"), py::arg("record_offset"),
           py::arg("record_bytes"), py::arg("num_buffers"), py::arg("queue_depth"), py::arg("io"),
-          py::arg("publish_plan"))
+          py::arg("publish_plan"), py::arg("reader_threads") = 0)
       .def(
           "start_epoch",
           [](Loader& l, std::vector<int64_t> order) {
@@ -287,6 +289,7 @@ PYBIND11_MODULE(_epochfs, m) {
       .def_property_readonly("on_device", &Loader::on_device)
       .def_property_readonly("device_id", &Loader::device_id)
       .def_property_readonly("io_backend", &Loader::io_backend)
+      .def_property_readonly("reader_threads", &Loader::reader_threads)
       .def_property_readonly("plan_root", &Loader::plan_root)
       .def("stats", [](const Loader& l) {
         LoaderStats s = l.stats();

@@ -1,40 +1,26 @@
-"""epochfs: the GPU prefetch loader for PyTorch.
+"""epochfs: the GPU prefetch loader for PyTorch, and the hook that lets unmodified
+DataLoaders publish their order to an epochfs mount.
 
 ``epochfs.Loader`` replaces ``torch.utils.data.DataLoader`` for data sets of files: it
-reads each epoch's samples in the exact order the sampler asks for, many files in
-flight with io_uring, stages them in pinned memory and copies each batch to the GPU on
-a side CUDA stream. Iterating yields tensors already on the device; the current
-stream waits for the copy on the GPU, never on the host. On an epochfs mount it also
+reads each epoch's samples in the exact order the sampler asks for, many files in flight
+on several threads with io_uring, stages them in pinned memory and copies each batch to
+the GPU on a side CUDA stream. With ``decode="image"`` it decodes JPEG batches on the GPU
+(nvJPEG through torchvision) and applies the training or evaluation transforms there,
+yielding normalised image tensors ready for the model. On an epochfs mount it also
 publishes each epoch's order, so the filesystem prefetches exactly what comes next.
 
-    loader = epochfs.Loader("/data/train", batch_size=64, shuffle=True,
-                            record_shape=(3, 224, 224))      # .npy per sample
+    loader = epochfs.Loader("/data/train", batch_size=256, shuffle=True,
+                            decode="image", size=224, train=True)
     for epoch in range(epochs):
         loader.set_epoch(epoch)
-        for x, y in loader:          # x: float32[64, 3, 224, 224] on cuda, y: int64[64]
+        for images, labels in loader:   # bf16[256, 3, 224, 224] channels_last, int64[256]
             ...
 
-Without fixed-size records, each batch is ``(data, offsets, lengths, labels)``: the
-samples' raw bytes back to back in one uint8 tensor (on the device), where sample i is
-``data[offsets[i]:offsets[i] + lengths[i]]`` (offsets and lengths are CPU int64
-tensors), and int64 labels on the device.
-
-Tensors are views of the loader's ring of buffers (zero copy, through DLPack): a batch's
-buffer is reused once every tensor of it is gone. Keep at most ``num_buffers - 2``
-batches alive at once (``.clone()`` what you want to keep longer); holding them all
-raises instead of hanging.
+This package imports without PyTorch: ``epochfs.hook`` (what ``epochfs run`` loads) and
+the scanning and order helpers need none. ``epochfs.Loader`` needs PyTorch, and its image
+pipeline torchvision; using them without says what to install.
 """
 
-import ast
-import logging
-import math
-import os
-import struct
-
-import torch
-import torch.utils.dlpack
-
-from . import _epochfs
 from ._epochfs import cuda_compiled, cuda_usable, scan_image_folder, shard_order, shuffled_order
 
 __all__ = [
@@ -46,262 +32,21 @@ __all__ = [
     "cuda_usable",
 ]
 
-# torch dtype -> DLPack (type code, bits)
-_DLPACK_DTYPES = {
-    torch.uint8: (1, 8),
-    torch.int8: (0, 8),
-    torch.int16: (0, 16),
-    torch.int32: (0, 32),
-    torch.int64: (0, 64),
-    torch.float16: (2, 16),
-    torch.bfloat16: (4, 16),
-    torch.float32: (2, 32),
-    torch.float64: (2, 64),
-    torch.bool: (6, 8),
-}
-
-# .npy descr -> torch dtype (little-endian or byte-sized only)
-_NPY_DTYPES = {
-    "|u1": torch.uint8, "<u1": torch.uint8, "|i1": torch.int8, "<i1": torch.int8,
-    "|b1": torch.bool, "<i2": torch.int16, "<i4": torch.int32, "<i8": torch.int64,
-    "<f2": torch.float16, "<f4": torch.float32, "<f8": torch.float64,
-}
+_NEEDS_TORCH = (
+    "epochfs.Loader needs PyTorch, which this Python cannot import ({error}). Install it: "
+    "`apt install python3-torch python3-torchvision` for Debian's python3, or "
+    "`pip install torch torchvision` in your virtual environment."
+)
 
 
-def _read_npy_header(path):
-    """(data offset, torch dtype, shape) of a .npy file, or None if it is not one."""
-    with open(path, "rb") as f:
-        if f.read(6) != b"\x93NUMPY":
-            return None
-        major = f.read(2)[0]
-        if major == 1:
-            (hlen,) = struct.unpack("<H", f.read(2))
-            start = 10
-        else:
-            (hlen,) = struct.unpack("<I", f.read(4))
-            start = 12
-        header = ast.literal_eval(f.read(hlen).decode("latin1"))
-    if header.get("fortran_order"):
-        raise ValueError(f"{path}: Fortran-ordered .npy files are not supported")
-    descr = header["descr"]
-    if descr not in _NPY_DTYPES:
-        raise ValueError(f"{path}: unsupported .npy dtype {descr!r} (big-endian or structured?)")
-    return start + hlen, _NPY_DTYPES[descr], tuple(header["shape"])
-
-
-_log = logging.getLogger("epochfs")
-_logged = set()
-
-
-def _log_once(message):
-    if message not in _logged:
-        _logged.add(message)
-        _log.info(message)
-
-
-def _parse_device(device):
-    """('cuda'|'cpu'|'auto', index) from None, 'cuda', 'cuda:1', 'cpu' or a torch.device."""
-    if device is None:
-        return "auto", 0
-    try:
-        d = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be cuda or cpu, not {device!r}") from e
-    if d.type not in ("cuda", "cpu"):
-        raise ValueError(f"device must be cuda or cpu, not {device!r}")
-    return d.type, (d.index or 0)
-
-
-class Loader:
-    """An iterable of batches already in device memory, read in the sampler's order.
-
-    Args:
-      files_or_root: a folder scanned ImageFolder-style (each sub-folder is a class; its
-        files are the samples, labels in sorted class order), or a list of file paths.
-      batch_size: samples per batch.
-      sampler: any torch sampler of indices (e.g. DistributedSampler); it is iterated
-        once per epoch. set_epoch() is forwarded to it. Excludes shuffle/rank/world_size.
-      shuffle, seed: without a sampler, shuffle with torch.randperm seeded by
-        seed + epoch -- the same order DistributedSampler(shuffle=True, seed=seed) gives.
-      drop_last: drop the last batch if it is smaller than batch_size.
-      device: "cuda", "cuda:N", "cpu" or None (cuda when torch and the loader both can
-        use one, else cpu).
-      record_shape, dtype: fixed-size records: every file holds one tensor of this shape
-        and dtype, yielded as one [batch, *record_shape] tensor. For .npy files the
-        header is skipped and dtype defaults to the file's.
-      rank, world_size: without a sampler, read this rank's shard of each epoch, split
-        as DistributedSampler splits (padded to a multiple of world_size).
-      publish_plan: on an epochfs mount, publish each epoch's order to the filesystem.
-      labels: labels for a list of files (default 0).
-      num_buffers: batch buffers in the ring (the reader runs up to num_buffers - 1
-        batches ahead of a consumer holding one).
-      queue_depth: files read at once.
-      io: "auto", "io_uring" or "pread".
-    """
-
-    def __init__(self, files_or_root, batch_size=1, sampler=None, shuffle=False, seed=0,
-                 drop_last=False, device=None, record_shape=None, dtype=None, rank=0,
-                 world_size=1, publish_plan=True, labels=None, num_buffers=4,
-                 queue_depth=64, io="auto"):
-        if isinstance(files_or_root, (str, os.PathLike)):
-            files, scanned_labels, self.classes = scan_image_folder(os.fspath(files_or_root))
-            if labels is not None:
-                raise ValueError("labels come from the class folders when given a root folder")
-            labels = scanned_labels
-        else:
-            files = [os.fspath(f) for f in files_or_root]
-            self.classes = []
-            labels = [] if labels is None else [int(x) for x in labels]
-        if sampler is not None and (shuffle or world_size != 1 or rank != 0):
-            raise ValueError("with a sampler, pass shuffle/rank/world_size to the sampler")
-        if not (0 <= rank < world_size):
-            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        self.files = files
-        self.batch_size = int(batch_size)
-        self.sampler = sampler
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.drop_last = bool(drop_last)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        self._epoch = 0
-        self._generation = 0
-
-        kind, index = _parse_device(device)
-        if kind == "auto":
-            usable, why = cuda_usable()
-            kind = "cuda" if usable and torch.cuda.is_available() else "cpu"
-            if kind == "cpu":
-                _log_once(f"no CUDA ({why if not usable else 'torch ' + torch.__version__ + ' has no CUDA'}); "
-                          "batches are delivered in host memory")
-        elif kind == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("device='cuda' but this torch has no CUDA "
-                               f"(torch {torch.__version__}); use device='cpu'")
-        self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
-
-        record_offset, record_bytes = 0, 0
-        self.record_shape = None
-        self.dtype = None
-        if record_shape is not None or dtype is not None:
-            header = _read_npy_header(files[0]) if files else None
-            if header is not None:
-                record_offset, npy_dtype, npy_shape = header
-                dtype = npy_dtype if dtype is None else dtype
-                if record_shape is None:
-                    record_shape = npy_shape
-            if record_shape is None:
-                raise ValueError("record_shape is needed for files that are not .npy")
-            dtype = torch.uint8 if dtype is None else dtype
-            if dtype not in _DLPACK_DTYPES:
-                raise ValueError(f"unsupported dtype {dtype}")
-            self.record_shape = tuple(int(d) for d in record_shape)
-            self.dtype = dtype
-            record_bytes = math.prod(self.record_shape) * (_DLPACK_DTYPES[dtype][1] // 8)
-            if header is not None:
-                npy_bytes = math.prod(header[2]) * (_DLPACK_DTYPES[header[1]][1] // 8)
-                if npy_bytes != record_bytes:
-                    raise ValueError(f"{files[0]}: holds {header[1]}{list(header[2])}, which does "
-                                     f"not fit record_shape={self.record_shape} of {dtype}")
-            if record_bytes == 0:
-                raise ValueError("record_shape describes an empty record")
-
-        self._impl = _epochfs.Loader(
-            files=files, labels=labels, batch_size=self.batch_size, drop_last=self.drop_last,
-            device=kind, cuda_device=index, record_offset=record_offset,
-            record_bytes=record_bytes, num_buffers=int(num_buffers),
-            queue_depth=int(queue_depth), io=io, publish_plan=bool(publish_plan))
-
-    # ---- epochs -----------------------------------------------------------------------
-
-    def set_epoch(self, epoch):
-        """Sets the epoch the next iteration reads (seeds the shuffle; forwarded to the
-        sampler). Without calls, each iteration advances the epoch by one."""
-        self._epoch = int(epoch)
-        if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
-
-    def _order(self, epoch):
-        if self.sampler is not None:
-            order = []
-            for i in self.sampler:
-                if isinstance(i, (list, tuple)) or (torch.is_tensor(i) and i.dim() > 0):
-                    raise TypeError("the sampler yields batches; pass a sampler of indices "
-                                    "(the loader makes the batches)")
-                order.append(int(i))
-            return order
-        n = len(self.files)
-        if self.shuffle:
-            g = torch.Generator()
-            g.manual_seed(self.seed + epoch)
-            order = torch.randperm(n, generator=g).tolist()
-        else:
-            order = list(range(n))
-        if self.world_size > 1:
-            order = shard_order(order, self.rank, self.world_size, False)
-        return order
-
-    def _num_samples(self):
-        if self.sampler is not None:
-            return len(self.sampler)
-        return math.ceil(len(self.files) / self.world_size)
-
-    def __len__(self):
-        n = self._num_samples()
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-
-    def __iter__(self):
-        epoch = self._epoch
-        self._epoch += 1  # the next iteration reads the next epoch unless set_epoch() says
-        order = self._order(epoch)
-        self._generation += 1
-        self._impl.start_epoch(order)
-        return self._batches(self._generation)
-
-    def _batches(self, generation):
-        on_cuda = self.device.type == "cuda"
+def __getattr__(name):
+    # PEP 562: the Loader (and torch with it) is imported on first use, not at import.
+    if name == "Loader":
         try:
-            while True:
-                if generation != self._generation:
-                    raise RuntimeError("a newer iter(loader) has started another epoch")
-                stream = torch.cuda.current_stream(self.device).cuda_stream if on_cuda else 0
-                batch = self._impl.next(stream)
-                if batch is None:
-                    return
-                yield self._tensors(batch)
-        finally:
-            if generation == self._generation:
-                self._impl.stop()
-
-    def _tensors(self, batch):
-        from_dlpack = torch.utils.dlpack.from_dlpack
-        labels = from_dlpack(batch.labels())
-        if self.record_shape is not None:
-            code, bits = _DLPACK_DTYPES[self.dtype]
-            data = from_dlpack(batch.data([batch.size, *self.record_shape], code, bits))
-            return data, labels
-        data = from_dlpack(batch.data())
-        return data, from_dlpack(batch.offsets()), from_dlpack(batch.lengths()), labels
-
-    # ---- information -----------------------------------------------------------------
-
-    @property
-    def io_backend(self):
-        return self._impl.io_backend
-
-    @property
-    def plan_root(self):
-        """The epochfs mount the order is published to, or None."""
-        return self._impl.plan_root or None
-
-    def stats(self):
-        return self._impl.stats()
-
-    def close(self):
-        """Stops the epoch in progress and frees the reader (buffers go with the last
-        tensor using them)."""
-        self._generation += 1
-        self._impl.stop()
-
-    def __repr__(self):
-        return (f"epochfs.Loader({len(self.files)} files, batch_size={self.batch_size}, "
-                f"device={self.device}, io={self.io_backend})")
+            from .loader import Loader
+        except ImportError as e:
+            if getattr(e, "name", None) in ("torch", "torch.utils", "torch.utils.dlpack"):
+                raise ImportError(_NEEDS_TORCH.format(error=e), name="torch") from e
+            raise
+        return Loader
+    raise AttributeError(f"module 'epochfs' has no attribute {name!r}")
