@@ -8,7 +8,9 @@ cache), measures samples/s and GB/s delivered to the consumer:
     prefetch_factor=2, persistent workers (its best case), batches moved to the device;
   * DataLoader + a side-stream prefetcher (GPU only): the next batch is copied to the
     device on a second stream while the current one is consumed;
-  * epochfs.Loader (fixed-size records: one [batch, size] uint8 tensor per batch).
+  * epochfs.Loader (fixed-size records: one [batch, size] uint8 tensor per batch);
+  * the machine's own limit: N threads that only open, pread and close the same files
+    (N = the loader's reader threads, and every core).
 
 On a GPU machine it also measures the pinned host-to-device cudaMemcpy peak in the same
 run, and the GPU idle fraction of a synthetic loop whose step keeps the GPU busy for
@@ -139,10 +141,18 @@ def bench_size(size, files, batch, device, args):
 
     # epochfs
     loader = epochfs.Loader(files, batch_size=batch, shuffle=True, record_shape=(size,),
-                            dtype=torch.uint8, device=device, publish_plan=False)
-    results.append((f"epochfs ({loader.io_backend})",
+                            dtype=torch.uint8, device=device, publish_plan=False,
+                            reader_threads=args.reader_threads)
+    threads = loader.reader_threads
+    results.append((f"epochfs ({loader.io_backend} x{threads})",
                     run_epochs(lambda: iter(loader), lambda b: consume(b[0]), args.seconds, 2)))
     loader.close()
+    # The machine's own limit, in the same run: threads that only open, pread and close
+    # the same files from the page cache (the loader's thread count, and every core).
+    for n in sorted({threads, cores}):
+        # Into a buffer as large as the loader's ring (4 batches), as the loader writes.
+        f, b, t = epochfs._epochfs.parallel_pread(files, n, args.seconds, 4 * batch * size)
+        results.append((f"pread limit x{n}", (f, b, t, 1)))
     if args.pread:  # the same loader on its pread fallback: what io_uring buys
         loader = epochfs.Loader(files, batch_size=batch, shuffle=True, record_shape=(size,),
                                 dtype=torch.uint8, device=device, publish_plan=False, io="pread")
@@ -241,6 +251,8 @@ def main():
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if usable)")
     p.add_argument("--no-pread", dest="pread", action="store_false",
                    help="skip the epochfs pread-fallback rows")
+    p.add_argument("--reader-threads", type=int, default=0,
+                   help="the loader's reader threads (0: its default, half the cores)")
     args = p.parse_args()
 
     usable, why = epochfs.cuda_usable()
@@ -273,11 +285,23 @@ def main():
 
     def value(size, prefix, key="samples_per_s"):
         return next(r[key] for r in results if r["size"] == size and r["loader"].startswith(prefix)
-                    and "pread" not in r["loader"])
+                    and "(pread)" not in r["loader"])
+
+    def limit(size, threads, key="gb_per_s"):
+        return next(r[key] for r in results
+                    if r["size"] == size and r["loader"] == f"pread limit x{threads}")
 
     summary = {}
     for size, _, _ in plan:
-        summary[str(size)] = {"speedup_vs_dataloader": value(size, "epochfs") / value(size, "DataLoader")}
+        epochfs_row = next(r for r in results if r["size"] == size
+                           and r["loader"].startswith("epochfs (") and "(pread)" not in r["loader"])
+        threads = int(epochfs_row["loader"].rsplit("x", 1)[1].rstrip(")"))
+        summary[str(size)] = {
+            "speedup_vs_dataloader": value(size, "epochfs") / value(size, "DataLoader"),
+            "reader_threads": threads,
+            "fraction_of_pread_limit_same_threads": epochfs_row["gb_per_s"] / limit(size, threads),
+            "fraction_of_pread_limit_all_cores": epochfs_row["gb_per_s"] / limit(size, os.cpu_count()),
+        }
     if gpu:
         summary["2MB_fraction_of_pinned_peak"] = (value(2 * MB, "epochfs", "gb_per_s") /
                                                   gpu["pinned_copy_peak_gb_per_s"])
@@ -295,7 +319,7 @@ def main():
         "gpu": gpu,
         "summary": summary,
         "targets": {"speedup_up_to_128KB": 2.0, "fraction_of_pinned_peak_2MB": 0.85,
-                    "gpu_idle_fraction": 0.05},
+                    "gpu_idle_fraction": 0.05, "fraction_of_pread_limit_without_gpu": 0.8},
     }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "loader_bench.json"), "w") as f:
@@ -308,8 +332,11 @@ def main():
         print(f"{r['size'] // KB:>5d} KB  {r['loader']:<22s} {r['samples_per_s']:>10.0f} "
               f"{r['gb_per_s']:>8.3f}")
     for size, _, _ in plan:
-        print(f"{size // KB:>5d} KB: epochfs / DataLoader = "
-              f"{summary[str(size)]['speedup_vs_dataloader']:.2f}x")
+        sm = summary[str(size)]
+        print(f"{size // KB:>5d} KB: epochfs / DataLoader = {sm['speedup_vs_dataloader']:.2f}x; "
+              f"epochfs / pread limit = {sm['fraction_of_pread_limit_same_threads']:.0%} at its "
+              f"{sm['reader_threads']} threads, {sm['fraction_of_pread_limit_all_cores']:.0%} of "
+              f"every core's")
     if gpu:
         print(f"pinned cudaMemcpy peak {gpu['pinned_copy_peak_gb_per_s']:.2f} GB/s; epochfs at 2 MB "
               f"reaches {summary['2MB_fraction_of_pinned_peak']:.0%} of it")

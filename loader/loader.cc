@@ -399,9 +399,10 @@ class LoaderImpl final : public Loader {
 
 unsigned ReaderThreads(const LoaderOptions& o) {
   if (o.reader_threads > 0) return o.reader_threads;
-  // Half the cores: the other half decode, augment and run the training loop.
+  // Half the cores (the other half run the training loop and its data work), and two at
+  // least: a second reader pays even on two cores (docs/benchmarks.md, "The loader").
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::clamp(cores / 2, 1u, 16u);
+  return std::clamp(cores / 2, 2u, 16u);
 }
 
 Status ValidateOptions(const LoaderOptions& o) {

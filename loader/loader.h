@@ -112,7 +112,7 @@ struct LoaderOptions {
   unsigned queue_depth = 64;  // files in flight at once, over all reader threads
   // Threads reading files (each with its own io_uring ring): a read from the page cache
   // is a copy made by the thread that submits it, so delivery scales with them.
-  // 0: half the cores, at most 16.
+  // 0: half the cores, at least 2 and at most 16.
   unsigned reader_threads = 0;
   IoBackend io = IoBackend::kAuto;
   bool publish_plan = true;  // write each epoch's order to an epochfs mount's plan file

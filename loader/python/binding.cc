@@ -14,6 +14,7 @@
 
 #include "loader/backend.h"
 #include "loader/loader.h"
+#include "loader/pread_limit.h"
 #include "loader/python/dlpack_abi.h"
 
 namespace py = pybind11;
@@ -196,6 +197,20 @@ PYBIND11_MODULE(_epochfs, m) {
       },
       py::arg("order"), py::arg("rank"), py::arg("world_size"), py::arg("drop_last") = false);
   m.def("shuffled_order", &ShuffledOrder, py::arg("n"), py::arg("seed"));
+  m.def(
+      "parallel_pread",
+      [](const std::vector<std::string>& files, unsigned threads, double seconds,
+         uint64_t dest_bytes) {
+        PreadRate r;
+        {
+          py::gil_scoped_release release;
+          r = MeasureParallelPread(files, threads, seconds, dest_bytes);
+        }
+        return py::make_tuple(r.files, r.bytes, r.seconds);
+      },
+      py::arg("files"), py::arg("threads"), py::arg("seconds"), py::arg("dest_bytes"),
+      "(files, bytes, seconds) read by `threads` threads with open/pread/close: the "
+      "machine's own limit, for bench/loader_bench.py");
   m.def("cuda_compiled", &CudaCompiledIn);
   m.def("cuda_usable", [] {
     std::string why;

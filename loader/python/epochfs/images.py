@@ -187,7 +187,7 @@ class ImagePipeline:
         except Exception as e:  # noqa: BLE001 - PIL raises many kinds
             raise UndecodableImage(f"{name}: not an image any decoder here reads ({e})") from e
 
-    def _decode(self, blobs, names):
+    def decode(self, blobs, names):
         """Decoded [3, H, W] uint8 images on self.device, None where undecodable (skip)."""
         out = [None] * len(blobs)
         gpu = []
@@ -257,7 +257,11 @@ class ImagePipeline:
         """(images, keep): the batch's images, and the positions kept (None: all)."""
         names = [self._name(int(i)) for i in indices]
         blobs = [data[int(o):int(o) + int(n)] for o, n in zip(offsets, lengths)]
-        decoded = self._decode(blobs, names)
+        return self.transform(self.decode(blobs, names), epoch, batch_index)
+
+    def transform(self, decoded, epoch, batch_index):
+        """(images, keep) from decode()'s images: one [B, 3, size, size] tensor of the
+        images not None, and their positions (None: all of them)."""
         keep = [i for i, image in enumerate(decoded) if image is not None]
         rng = random.Random(f"{self.seed}:{epoch}:{batch_index}")
         out = torch.empty((len(keep), 3, self.size, self.size), dtype=torch.float32,

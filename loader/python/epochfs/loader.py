@@ -119,7 +119,7 @@ class Loader:
       queue_depth: files read at once, over all reader threads.
       io: "auto", "io_uring" or "pread".
       reader_threads: threads reading files, each with its own io_uring ring (0: half
-        the cores, at most 16). A read from the page cache is a copy made by the thread
+        the cores, at least 2, at most 16). A read from the page cache is a copy made by the thread
         that asks for it, so delivery scales with them.
       decode: None (raw bytes, or records) or "image": decode each sample as an image
         (JPEG on the GPU with nvJPEG, through torchvision; other formats and GPU-less

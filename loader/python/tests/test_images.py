@@ -90,7 +90,7 @@ class Decoding(ImageTestBase):
 
     def decode(self, pipeline, blobs, names=None):
         tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
-        return pipeline._decode(tensors, names or [f"blob{i}" for i in range(len(blobs))])
+        return pipeline.decode(tensors, names or [f"blob{i}" for i in range(len(blobs))])
 
     def test_cpu_decode_is_torchvisions_own(self):
         blobs = [jpeg_bytes(self.rng, 320, 240), jpeg_bytes(self.rng, 300, 401, progressive=True),
