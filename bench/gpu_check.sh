@@ -55,8 +55,8 @@ step loader_tests ctest --test-dir "$build" -L loader --output-on-failure
 step gpu_decode_diff bash -c "cd '$src/loader/python/tests' && python3 -m unittest -v \
   test_images.Decoding.test_gpu_decode_is_close_to_the_cpu_decode \
   test_images.Pipeline.test_on_the_gpu_images_are_bf16_channels_last_on_the_device"
-step loader_bench python3 "$src/bench/loader_bench.py" --seconds 1.5 --out "$out"
-step train_bench python3 "$src/bench/train_bench.py" --images 8000 --epochs 3 --seconds 4 \
+step loader_bench python3 "$src/bench/loader_bench.py" --seconds "${BENCH_SECONDS:-1.5}" --out "$out"
+step train_bench python3 "$src/bench/train_bench.py" --images "${TRAIN_IMAGES:-8000}" --epochs 3 --seconds "${TRAIN_SECONDS:-4}" \
   --epochfs "$build/cli/epochfs" --out "$out"
 
 echo "== done in $SECONDS s; failed: ${failed[*]:-none}"

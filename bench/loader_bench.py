@@ -147,6 +147,13 @@ def bench_size(size, files, batch, device, args):
     results.append((f"epochfs ({loader.io_backend} x{threads})",
                     run_epochs(lambda: iter(loader), lambda b: consume(b[0]), args.seconds, 2)))
     loader.close()
+    if threads != cores and not args.reader_threads:  # a reader thread on every core
+        loader = epochfs.Loader(files, batch_size=batch, shuffle=True, record_shape=(size,),
+                                dtype=torch.uint8, device=device, publish_plan=False,
+                                reader_threads=cores)
+        results.append((f"epochfs, every core ({loader.io_backend} x{cores})",
+                        run_epochs(lambda: iter(loader), lambda b: consume(b[0]), args.seconds, 2)))
+        loader.close()
     # The machine's own limit, in the same run: threads that only open, pread and close
     # the same files from the page cache (the loader's thread count, and every core).
     for n in sorted({threads, cores}):
@@ -260,8 +267,11 @@ def main():
         device = torch.device(args.device)
     else:
         device = torch.device("cuda" if usable and torch.cuda.is_available() else "cpu")
-    # (sample size, files, batch size): about 80-512 MB per size, all in the page cache.
-    plan = [(4 * KB, 20000, 64), (128 * KB, 2000, 64), (2 * MB, 256, 32)]
+    # (sample size, files, batch size): 80 MB to 2 GB per size, all in the page cache. More
+    # 2 MB files where memory allows: an epoch of 8 batches is mostly its start and end.
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    plan = [(4 * KB, 20000, 64), (128 * KB, 2000, 64),
+            (2 * MB, 1024 if memory > 32 * 1024**3 else 256, 32)]
 
     load_before = os.getloadavg()[0]
     workdir = tempfile.mkdtemp(prefix="epochfs-loader-bench-", dir=args.workdir)

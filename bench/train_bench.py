@@ -148,6 +148,39 @@ def epochfs_loader(root, args, device):
     return epochs, loader.close
 
 
+def pipeline_alone(root, args, device):
+    """The image pipeline without training: its own images/s, and one batch's decode and
+    transform times (each timed 5 times, synchronised) -- what bounds the rows above."""
+    loader = epochfs.Loader(root, batch_size=args.batch, shuffle=True, drop_last=True,
+                            decode="image", size=args.size, train=True, device=device)
+    for _ in loader:  # warm-up
+        pass
+    sync(device)
+    images, t0 = 0, time.perf_counter()
+    for x, _ in loader:
+        images += x.shape[0]
+    sync(device)
+    rate = images / (time.perf_counter() - t0)
+    loader.close()
+    pipeline = loader.pipeline
+    files = loader.files[:args.batch]
+    blobs = [torch.frombuffer(bytearray(open(f, "rb").read()), dtype=torch.uint8) for f in files]
+
+    def timed(fn):
+        fn()
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(5):
+            result = fn()
+        sync(device)
+        return (time.perf_counter() - t) / 5, result
+    decode_s, decoded = timed(lambda: pipeline.decode(blobs, files))
+    transform_s, _ = timed(lambda: pipeline.transform(decoded, 0, 0))
+    return {"images_per_s": rate, "batch": len(files), "decode_ms_per_batch": decode_s * 1e3,
+            "transform_ms_per_batch": transform_s * 1e3, "native_transform": pipeline.native,
+            "decoded": dict(pipeline.stats)}
+
+
 def pipelines(gpu):
     return {
         "DataLoader + PIL": dataloader_pil,
@@ -299,6 +332,12 @@ def main():
             wheres.append(("through the mount", mount.mnt))
         else:
             print("(no through-the-mount rows: no epochfs binary, or not root)")
+        alone = pipeline_alone(source, args, device)
+        report["pipeline_alone"] = alone
+        print(f"epochfs image pipeline alone: {alone['images_per_s']:.0f} images/s; a batch of "
+              f"{alone['batch']}: decode {alone['decode_ms_per_batch']:.1f} ms, transform "
+              f"{alone['transform_ms_per_batch']:.1f} ms (batch kernel: {alone['native_transform']})",
+              flush=True)
         for name in models:
             model, opt = make_model(name, args.classes, device)
             top = ceiling(model, opt, device, args, args.classes)

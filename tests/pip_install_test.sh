@@ -22,7 +22,8 @@ fi
   > "$work/pip.log" 2>&1 || { tail -40 "$work/pip.log"; exit 1; }
 rm -rf loader/build loader/python/epochfs.egg-info  # pip's in-tree build leftovers
 cd "$work"  # not the checkout: the installed package must be the one imported
-"$work/venv/bin/python" - <<'PY'
+# Nor one a PYTHONPATH names (a build tree's): the environment's own.
+env -u PYTHONPATH "$work/venv/bin/python" - <<'PY'
 import io, os, tempfile
 import epochfs, epochfs.hook
 assert "/venv/" in epochfs.__file__, epochfs.__file__

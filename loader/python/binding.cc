@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loader/backend.h"
+#include "loader/image_ops.h"
 #include "loader/loader.h"
 #include "loader/pread_limit.h"
 #include "loader/python/dlpack_abi.h"
@@ -197,6 +198,53 @@ PYBIND11_MODULE(_epochfs, m) {
       },
       py::arg("order"), py::arg("rank"), py::arg("world_size"), py::arg("drop_last") = false);
   m.def("shuffled_order", &ShuffledOrder, py::arg("n"), py::arg("seed"));
+  m.def(
+      "resize_normalize",
+      [](const std::vector<int64_t>& flat_jobs, int32_t size, std::vector<float> mean,
+         std::vector<float> inv_std, uintptr_t out, bool bfloat16, bool on_device,
+         uintptr_t stream) {
+        // 12 values a job, in ResizeJob's order.
+        constexpr size_t kFields = 12;
+        if (flat_jobs.size() % kFields != 0 || mean.size() != 3 || inv_std.size() != 3) {
+          throw py::value_error("resize_normalize: 12 values a job, 3 means and 3 scales");
+        }
+        std::vector<ResizeJob> jobs(flat_jobs.size() / kFields);
+        for (size_t i = 0; i < jobs.size(); ++i) {
+          const int64_t* f = &flat_jobs[i * kFields];
+          ResizeJob& j = jobs[i];
+          j.src = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(f[0]));
+          j.height = static_cast<int32_t>(f[1]);
+          j.width = static_cast<int32_t>(f[2]);
+          j.region_top = static_cast<int32_t>(f[3]);
+          j.region_left = static_cast<int32_t>(f[4]);
+          j.region_height = static_cast<int32_t>(f[5]);
+          j.region_width = static_cast<int32_t>(f[6]);
+          j.resized_height = static_cast<int32_t>(f[7]);
+          j.resized_width = static_cast<int32_t>(f[8]);
+          j.window_top = static_cast<int32_t>(f[9]);
+          j.window_left = static_cast<int32_t>(f[10]);
+          j.flip = static_cast<int32_t>(f[11]);
+        }
+        NormalizeParams params{};
+        for (int c = 0; c < 3; ++c) {
+          params.mean[c] = mean[c];
+          params.inv_std[c] = inv_std[c];
+        }
+        const PixelType type = bfloat16 ? PixelType::kBFloat16 : PixelType::kFloat32;
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = on_device ? ResizeNormalizeCuda(jobs.data(), jobs.size(), size, params, type,
+                                               reinterpret_cast<void*>(out),
+                                               reinterpret_cast<void*>(stream))
+                         : ResizeNormalizeHost(jobs.data(), jobs.size(), size, params, type,
+                                               reinterpret_cast<void*>(out));
+        }
+        if (!st.ok()) Raise(st);
+      },
+      py::arg("jobs"), py::arg("size"), py::arg("mean"), py::arg("inv_std"), py::arg("out"),
+      py::arg("bfloat16"), py::arg("on_device"), py::arg("stream") = 0,
+      "Crops, resizes, flips and normalises a batch into `out` (loader/image_ops.h)");
   m.def(
       "parallel_pread",
       [](const std::vector<std::string>& files, unsigned threads, double seconds,

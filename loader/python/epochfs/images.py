@@ -19,7 +19,9 @@ Transforms (on the images' device), as torchvision's:
     a horizontal flip with probability 1/2;
   eval: Resize(resize_size, default size * 256 / 224) of the shorter side, then
     CenterCrop(size);
-then ToTensor's scaling to [0, 1] and Normalize(mean, std) (ImageNet's by default). The
+then ToTensor's scaling to [0, 1] and Normalize(mean, std) (ImageNet's by default). On the
+GPU all of it is one kernel for the whole batch (loader/image_ops.h), which computes
+PyTorch's antialiased bilinear resize; on the CPU it is torch's own operations. The
 result is one [B, 3, size, size] tensor of `dtype` (bfloat16 on a GPU, float32 on the CPU
 by default) in channels_last memory format. The random draws come from a generator
 seeded with (seed, epoch, batch index): an epoch's crops and flips are the same whenever
@@ -36,6 +38,8 @@ import random
 
 import torch
 import torch.nn.functional as F
+
+from . import _epochfs
 
 try:
     import torchvision.io as tvio
@@ -135,7 +139,7 @@ def _resize(image, height, width):
 class ImagePipeline:
     def __init__(self, size=224, train=True, device=None, dtype=None, mean=None, std=None,
                  scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), resize_size=None, seed=0,
-                 on_error="raise", files=None):
+                 on_error="raise", files=None, native=None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         self.size = int(size)
@@ -159,6 +163,11 @@ class ImagePipeline:
         std = IMAGENET_STD if std is None else std
         self._mean = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, 3, 1, 1) * 255
         self._std = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, 3, 1, 1) * 255
+        self._native_mean = [m * 255.0 for m in mean]
+        self._native_inv_std = [1.0 / (d * 255.0) for d in std]
+        # The batch kernel: on the GPU, where one launch replaces four per image. On the CPU
+        # torch's separable resize is the faster one. (`native` forces either, for tests.)
+        self.native = on_gpu and _epochfs.cuda_compiled() if native is None else bool(native)
         self._warned = set()
         self._gpu_batches = on_gpu  # False once torchvision refused a list (before 0.19)
         self.stats = {"gpu_decoded": 0, "cpu_decoded": 0, "skipped": 0}
@@ -263,7 +272,14 @@ class ImagePipeline:
         """(images, keep) from decode()'s images: one [B, 3, size, size] tensor of the
         images not None, and their positions (None: all of them)."""
         keep = [i for i, image in enumerate(decoded) if image is not None]
+        keep_index = None if len(keep) == len(decoded) else torch.tensor(keep, dtype=torch.int64)
         rng = random.Random(f"{self.seed}:{epoch}:{batch_index}")
+        if self.native:
+            images = [decoded[i].contiguous() for i in keep]  # alive until the kernel is queued
+            jobs = self._jobs(images, rng)
+            if jobs is not None:
+                return self._resize_native(jobs, len(keep)), keep_index
+            rng = random.Random(f"{self.seed}:{epoch}:{batch_index}")  # the same draws below
         out = torch.empty((len(keep), 3, self.size, self.size), dtype=torch.float32,
                           device=self.device)
         flips = []
@@ -277,8 +293,41 @@ class ImagePipeline:
             mask = torch.tensor(flips, device=self.device).view(-1, 1, 1, 1)
             out = torch.where(mask, out.flip(3), out)
         out = ((out - self._mean) / self._std).to(self.dtype)
-        out = out.contiguous(memory_format=torch.channels_last)
-        keep_index = None
-        if len(keep) != len(decoded):
-            keep_index = torch.tensor(keep, dtype=torch.int64)
-        return out, keep_index
+        return out.contiguous(memory_format=torch.channels_last), keep_index
+
+    # -- the batch kernel (loader/image_ops.h) --
+
+    def _jobs(self, images, rng):
+        """ResizeJob fields of each image, flattened, drawing crops and flips as the torch
+        path does; None where the batch kernel cannot do it (a centre crop that needs
+        padding)."""
+        flat = []
+        for image in images:
+            _, height, width = image.shape
+            if self.train:
+                top, left, h, w = random_resized_crop_box(height, width, self.scale, self.ratio, rng)
+                region = (top, left, h, w)
+                resized, window = (self.size, self.size), (0, 0)
+                flip = 1 if rng.random() < 0.5 else 0
+            else:
+                short = self.resize_size
+                if height <= width:
+                    rh, rw = short, int(short * width / height)
+                else:
+                    rh, rw = int(short * height / width), short
+                if self.size > rh or self.size > rw:
+                    return None
+                region, resized, flip = (0, 0, height, width), (rh, rw), 0
+                window = (int(round((rh - self.size) / 2.0)), int(round((rw - self.size) / 2.0)))
+            flat += [image.data_ptr(), height, width, *region, *resized, *window, flip]
+        return flat
+
+    def _resize_native(self, jobs, count):
+        kernel_dtype = self.dtype if self.dtype in (torch.float32, torch.bfloat16) else torch.float32
+        out = torch.empty((count, self.size, self.size, 3), dtype=kernel_dtype, device=self.device)
+        on_device = self.device.type == "cuda"
+        stream = torch.cuda.current_stream(self.device).cuda_stream if on_device else 0
+        _epochfs.resize_normalize(jobs, self.size, self._native_mean, self._native_inv_std,
+                                  out.data_ptr(), kernel_dtype == torch.bfloat16, on_device, stream)
+        images = out.permute(0, 3, 1, 2)  # [B, 3, size, size], channels_last in memory
+        return images if kernel_dtype == self.dtype else images.to(self.dtype)

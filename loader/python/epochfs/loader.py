@@ -17,7 +17,9 @@ import ast
 import logging
 import math
 import os
+import queue
 import struct
+import threading
 
 import torch
 import torch.utils.dlpack
@@ -127,6 +129,8 @@ class Loader:
         (images, labels) on `device`.
       size, train, image_dtype, mean, std, scale, ratio, resize_size, on_error: the
         image pipeline's (epochfs.images.ImagePipeline; image_dtype is its dtype).
+      prefetch_batches: with decode="image", batches decoded ahead of the training loop,
+        on a thread (and a CUDA stream) of their own.
     """
 
     def __init__(self, files_or_root, batch_size=1, sampler=None, shuffle=False, seed=0,
@@ -134,7 +138,8 @@ class Loader:
                  world_size=1, publish_plan=True, labels=None, num_buffers=4,
                  queue_depth=64, io="auto", reader_threads=0, decode=None, size=224,
                  train=True, image_dtype=None, mean=None, std=None, scale=(0.08, 1.0),
-                 ratio=(3.0 / 4.0, 4.0 / 3.0), resize_size=None, on_error="raise"):
+                 ratio=(3.0 / 4.0, 4.0 / 3.0), resize_size=None, on_error="raise",
+                 prefetch_batches=2):
         if isinstance(files_or_root, (str, os.PathLike)):
             files, scanned_labels, self.classes = scan_image_folder(os.fspath(files_or_root))
             if labels is not None:
@@ -158,6 +163,10 @@ class Loader:
         self.world_size = int(world_size)
         self._epoch = 0
         self._generation = 0
+        self._prefetch = None
+        self.prefetch_batches = int(prefetch_batches)
+        if self.prefetch_batches < 1:
+            raise ValueError("prefetch_batches must be at least 1")
 
         kind, index = _parse_device(device)
         if kind == "auto":
@@ -260,11 +269,35 @@ class Loader:
         self._epoch += 1  # the next iteration reads the next epoch unless set_epoch() says
         order = self._order(epoch)
         self._generation += 1
+        self._stop_prefetch()  # its thread reads the reader's batches: gone before it restarts
         self._impl.start_epoch(order)
+        if self.pipeline is not None:
+            return self._images_prefetched(self._generation, epoch)
         return self._batches(self._generation, epoch)
 
+    def _stop_prefetch(self):
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._prefetch = None
+
+    def _images_prefetched(self, generation, epoch):
+        prefetch = _ImagePrefetch(self, epoch, self.prefetch_batches)
+        self._prefetch = prefetch
+        try:
+            while True:
+                if generation != self._generation:
+                    raise RuntimeError("a newer iter(loader) has started another epoch")
+                item = prefetch.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            prefetch.close()
+            if generation == self._generation:
+                self._impl.stop()
+
     def _batches(self, generation, epoch):
-        on_cuda = self.device.type == "cuda" and self.pipeline is None
+        on_cuda = self.device.type == "cuda"
         try:
             while True:
                 if generation != self._generation:
@@ -273,10 +306,7 @@ class Loader:
                 batch = self._impl.next(stream)
                 if batch is None:
                     return
-                if self.pipeline is not None:
-                    yield self._images(batch, epoch)
-                else:
-                    yield self._tensors(batch)
+                yield self._tensors(batch)
         finally:
             if generation == self._generation:
                 self._impl.stop()
@@ -326,8 +356,88 @@ class Loader:
         """Stops the epoch in progress and frees the reader (buffers go with the last
         tensor using them)."""
         self._generation += 1
+        self._stop_prefetch()
         self._impl.stop()
 
     def __repr__(self):
         return (f"epochfs.Loader({len(self.files)} files, batch_size={self.batch_size}, "
                 f"device={self.device}, io={self.io_backend})")
+
+
+class _ImagePrefetch:
+    """Decodes and transforms the next `depth` batches of an epoch on a thread of its own,
+    on a CUDA stream of its own, while the training loop works on the current one: the
+    decode's host work (nvJPEG's Huffman stage, the launches) overlaps with the training
+    step's. A batch is handed over with an event the consumer's stream waits for, and its
+    tensors are recorded on that stream, so their memory is not reused while it runs."""
+
+    _END = object()
+
+    def __init__(self, loader, epoch, depth):
+        self.loader = loader
+        self.epoch = epoch
+        self.queue = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        on_cuda = loader.device.type == "cuda"
+        self.stream = torch.cuda.Stream(loader.device) if on_cuda else None
+        self.thread = threading.Thread(target=self._run, name="epochfs-images", daemon=True)
+        self.thread.start()
+
+    def _put(self, item):
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self):
+        try:
+            with torch.cuda.stream(self.stream) if self.stream is not None else _no_stream():
+                while not self.stopping.is_set():
+                    batch = self.loader._impl.next(0)
+                    if batch is None:
+                        self._put(self._END)
+                        return
+                    images, labels = self.loader._images(batch, self.epoch)
+                    del batch
+                    event = None
+                    if self.stream is not None:
+                        event = torch.cuda.Event()
+                        event.record(self.stream)
+                    if not self._put((images, labels, event)):
+                        return
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put(e)
+
+    def get(self):
+        item = self.queue.get()
+        if item is self._END:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        images, labels, event = item
+        if event is not None:
+            current = torch.cuda.current_stream(self.loader.device)
+            current.wait_event(event)
+            images.record_stream(current)
+            labels.record_stream(current)
+        return images, labels
+
+    def close(self):
+        self.stopping.set()
+        while self.thread.is_alive():
+            try:
+                self.queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self.thread.join()
+
+
+class _no_stream:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

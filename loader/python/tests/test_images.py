@@ -194,6 +194,45 @@ class Crops(unittest.TestCase):
         self.assertAlmostEqual(ours.mean(), theirs.mean(), delta=0.01)
 
 
+class BatchKernel(ImageTestBase):
+    """The batch kernel (loader/image_ops.h) computes what torch's per-image operations do;
+    its host build runs the very code the CUDA kernel runs, so this holds without a GPU."""
+
+    def images(self, count=12):
+        out = []
+        for _ in range(count):
+            blob = jpeg_bytes(self.rng, int(self.rng.integers(40, 300)), int(self.rng.integers(40, 300)))
+            out.append(tvio.decode_image(torch.frombuffer(bytearray(blob), dtype=torch.uint8),
+                                         mode=ImageReadMode.RGB))
+        return out
+
+    def compare(self, device, **kwargs):
+        decoded = [image.to(device) for image in self.images()]
+        native = images.ImagePipeline(device=device, native=True, **kwargs)
+        torch_ops = images.ImagePipeline(device=device, native=False, **kwargs)
+        for batch_index in range(3):
+            a, _ = native.transform(decoded, 1, batch_index)
+            b, _ = torch_ops.transform(decoded, 1, batch_index)
+            self.assertEqual(a.shape, b.shape)
+            self.assertTrue(a.is_contiguous(memory_format=torch.channels_last))
+            diff = (a.float() - b.float()).abs().max().item()
+            # bfloat16 keeps 8 bits: values up to ~2.6 are within 0.01 of each other.
+            self.assertLess(diff, 0.02 if a.dtype == torch.bfloat16 else 1e-3, kwargs)
+
+    def test_train_crops_flips_and_normalisation_match_torch(self):
+        self.compare("cpu", size=64, train=True, dtype=torch.float32)
+        self.compare("cpu", size=48, train=True, dtype=torch.bfloat16, scale=(0.5, 1.0))
+
+    def test_eval_resize_and_centre_crop_match_torch(self):
+        self.compare("cpu", size=32, train=False, dtype=torch.float32)
+        self.compare("cpu", size=32, train=False, dtype=torch.float32, resize_size=40)
+
+    @unittest.skipUnless(CUDA, "needs a CUDA device")
+    def test_the_cuda_kernel_matches_torch_on_the_gpu(self):
+        self.compare("cuda", size=224, train=True, dtype=torch.bfloat16)
+        self.compare("cuda", size=224, train=False, dtype=torch.float32)
+
+
 class Pipeline(ImageTestBase):
     def setUp(self):
         super().setUp()
