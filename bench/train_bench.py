@@ -278,7 +278,7 @@ def plot(report, path):
         ax.axvline(1.0, color="gray", linestyle=":")
         ax.set_xlabel("AU (images/s / ceiling)")
         ax.set_title(f"{name}: ceiling {report['models'][name]['ceiling']:.0f} img/s")
-    fig.suptitle(f"{report['machine']['device_name']}, {os.cpu_count()} cores")
+    fig.suptitle(f"{report['machine']['device_name']}, {report['machine']['cpus']} cores")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

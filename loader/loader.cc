@@ -33,6 +33,8 @@ namespace epochfs::loader {
 namespace {
 
 constexpr size_t kAlign = 256;  // DLPack asks CUDA pointers to be 256-byte aligned
+// From this mean sample size on, io=kAuto reads with pread workers (see Create).
+constexpr uint64_t kLargeSampleBytes = 1 << 20;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -483,6 +485,14 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   const unsigned depth_each = std::max(1u, options.queue_depth / threads);
   std::vector<std::unique_ptr<FileReader>> readers;
   bool use_uring = options.io != IoBackend::kPread;
+  // Large samples: a worker's plain pread copies a whole file from the page cache faster
+  // than its ring does, and the ring's batching of many small files is what it is for
+  // (docs/benchmarks.md, "GPU loader").
+  uint64_t total_bytes = 0;
+  for (uint64_t size : sizes) total_bytes += size;
+  if (options.io == IoBackend::kAuto && total_bytes / sizes.size() >= kLargeSampleBytes) {
+    use_uring = false;
+  }
   for (unsigned t = 0; t < threads; ++t) {
     std::unique_ptr<FileReader> one;
     if (use_uring) {

@@ -90,6 +90,8 @@ Result<std::vector<int64_t>> ShardOrder(const std::vector<int64_t>& order, int r
 // ---- The loader ------------------------------------------------------------------
 
 enum class DeviceKind { kAuto, kCuda, kCpu };
+// kAuto: io_uring, or pread where it is missing, and pread for samples of 1 MiB and more
+// on average (copying whole large files, a plain pread is the faster of the two).
 enum class IoBackend { kAuto, kUring, kPread };
 
 struct LoaderOptions {

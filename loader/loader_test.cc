@@ -501,6 +501,43 @@ INSTANTIATE_TEST_SUITE_P(Io, LoaderTest, ::testing::Values(IoBackend::kUring, Io
                            return std::string(info.param == IoBackend::kUring ? "Uring" : "Pread");
                          });
 
+// io=kAuto: the ring for small files, pread workers for samples of 1 MiB and more (a
+// whole large file copies faster with pread), and every reader thread asked for.
+TEST(LoaderIoTest, AutoReadsLargeSamplesWithPreadAndSmallOnesWithTheRing) {
+  TempDir dir;
+  std::vector<std::string> small, large;
+  for (int i = 0; i < 4; ++i) {
+    small.push_back(dir.Write("s" + std::to_string(i), std::string(4096, 'a' + i)));
+    large.push_back(dir.Write("l" + std::to_string(i), std::string(2u << 20, 'A' + i)));
+  }
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.device = DeviceKind::kCpu;
+  o.reader_threads = 3;
+  o.files = small;
+  auto ring = Loader::Create(o);
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  EXPECT_EQ((*ring)->reader_threads(), 3u);
+  o.files = large;
+  auto whole = Loader::Create(o);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ((*whole)->io_backend(), std::string("pread"));
+  ASSERT_TRUE((*whole)->StartEpoch(SequentialOrder(4)).ok());
+  size_t samples = 0;
+  for (;;) {
+    auto b = (*whole)->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    if (!*b) break;
+    for (size_t i = 0; i < (*b)->size(); ++i) {
+      const char* bytes = static_cast<const char*>((*b)->data()) + (*b)->offsets()[i];
+      EXPECT_EQ(bytes[0], 'A' + (*b)->sample_indices()[i]);
+      EXPECT_EQ(bytes[(2u << 20) - 1], 'A' + (*b)->sample_indices()[i]);
+      samples++;
+    }
+  }
+  EXPECT_EQ(samples, 4u);
+}
+
 // ---- Devices -----------------------------------------------------------------------
 
 TEST(LoaderDeviceTest, AutoFallsBackToTheHostWithoutCuda) {

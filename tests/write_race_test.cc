@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -167,6 +168,10 @@ TEST_P(WriteRaceTest, AcknowledgedWritesRacingPushesAreNeverLost) {
   for (auto& t : writers) t.join();
 
   const auto stats = m->Stats();
+  std::cout << GetParam() << ": " << tally.writes << " acknowledged writes, " << tally.lost
+            << " lost, " << tally.wrong_read_back << " read back wrong; " << plans
+            << " plans, " << stats["pushed_files"] << " files pushed, "
+            << stats["push_writers_open"] << " pushes or drops put off for a writer\n";
   std::string first;
   for (const auto& f : tally.first) first += "\n  " + f;
   EXPECT_EQ(tally.lost, 0u) << "of " << tally.writes << " writes" << first;
