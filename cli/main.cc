@@ -15,6 +15,7 @@
 #include "cli/status.h"
 #include "cli/top.h"
 #include "cli/warm.h"
+#include "daemon/mount_table.h"
 #include "daemon/options.h"
 
 #ifndef EPOCHFS_VERSION
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   cli::TopOptions top_options;
   std::string top_target;
   auto* top = app.add_subcommand("top", "A live view of one epochfs mount");
-  top->add_option("MOUNTPOINT", top_target, "The mount")->required();
+  top->add_option("MOUNTPOINT", top_target, "The mount (default: the only epochfs mount)");
   top->add_option("-i,--interval", top_options.interval_s, "Seconds between frames")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
@@ -159,6 +160,18 @@ int main(int argc, char** argv) {
   }
   // ---- epochfs top ----
   if (*top) {
+    if (top_target.empty()) {
+      // As `status` does without one: the machine's epochfs mounts, here the only one.
+      const auto mounts = daemon::EpochfsMounts();
+      if (mounts.empty()) return Refuse("top: there is no epochfs mount on this machine");
+      if (mounts.size() > 1) {
+        std::string names;
+        for (const auto& m : mounts) names += "\n  " + m.mountpoint;
+        return Refuse("top: " + std::to_string(mounts.size()) +
+                      " epochfs mounts; name the one to watch:" + names);
+      }
+      top_target = mounts.front().mountpoint;
+    }
     const fsys::path target = fsys::absolute(top_target).lexically_normal();
     return cli::RunTop(top_options, [&] { return cli::ReadStats(target); }, stdout);
   }

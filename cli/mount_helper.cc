@@ -39,8 +39,33 @@ std::string FindEpochfs() {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: mount.epochfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s] [-v]\n"
+    "\n"
+    "The helper mount(8) runs for `mount -t epochfs` and fstab lines of type epochfs:\n"
+    "it turns the -o list into `epochfs mount` flags and runs epochfs, which returns once\n"
+    "the mount is live. OPTIONS: epochfs's own (ram=, disk=, cache_dir=, consistency=,\n"
+    "read_only, allow_other, ... as in /etc/epochfs/epochfs.conf.example) and mount's\n"
+    "generic ones (ro, rw, _netdev, nofail, defaults, ...). -f: say what would run, run\n"
+    "nothing; -v: say it and run it. See mount.epochfs(8).\n";
+
+#ifndef EPOCHFS_VERSION
+#define EPOCHFS_VERSION "dev"
+#endif
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // mount(8) never passes these; a person asking does.
+  for (const std::string& a : args) {
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (a == "-V" || a == "--version") {
+      std::cout << "mount.epochfs (epochfs " << EPOCHFS_VERSION << ")\n";
+      return 0;
+    }
+  }
   auto inv = epochfs::cli::ParseHelperArgs(args);
   if (!inv.ok()) {
     std::cerr << "mount.epochfs: error: " << inv.status().message() << "\n";

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -34,6 +36,7 @@ struct Totals {
 // At most this many passes over the files: a pass after the first reads again what the
 // cache disk could not keep up with (the files already stored are cheap hits).
 constexpr int kMaxPasses = 3;
+constexpr size_t kReadBytes = 1 << 20;
 
 bool ReadTotals(const fsys::path& mountpoint, Totals* out) {
   std::ifstream in(mountpoint / ".epochfs" / "stats");
@@ -118,13 +121,18 @@ int RunWarm(const WarmOptions& options) {
     std::atomic<uint64_t> done_bytes{0};
     Mutex err_mu;
     auto worker = [&] {
-      std::vector<char> buf(1 << 20);
+      // Aligned for O_DIRECT.
+      std::unique_ptr<char, decltype(&std::free)> buf(
+          static_cast<char*>(std::aligned_alloc(4096, kReadBytes)), &std::free);
       for (size_t i = next++; i < files.size(); i = next++) {
         const auto& path = files[i].first;
-        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        // Direct: every read reaches the daemon, which is what fills its tiers; a file the
+        // page cache holds would otherwise be read from there, and the daemon never see it.
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         bool ok = fd >= 0;
         while (ok) {
-          ssize_t n = ::read(fd, buf.data(), buf.size());
+          ssize_t n = ::read(fd, buf.get(), kReadBytes);
           if (n < 0 && errno == EINTR) continue;
           if (n <= 0) {
             ok = n == 0;
@@ -137,9 +145,12 @@ int RunWarm(const WarmOptions& options) {
           fmt::print(stderr, "epochfs: warm: {}: {}\n", path.string(), std::strerror(errno));
           ++failed;
         }
-        if (fd >= 0) {
-          if (!options.ram) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-          ::close(fd);
+        if (fd >= 0) ::close(fd);
+        if (ok && options.ram) {  // into the page cache too: a buffered read of it
+          const int cached = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+          while (cached >= 0 && ::read(cached, buf.get(), kReadBytes) > 0) {
+          }
+          if (cached >= 0) ::close(cached);
         }
         ++done_files;
       }
@@ -210,8 +221,8 @@ int RunWarm(const WarmOptions& options) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Counted by the daemon: also includes other readers of the mount meanwhile.
-  fmt::print("warmed {} files ({}) in {:.1f} s{}: {} chunk reads from the source ({}), "
-             "{} chunks already cached ({}){}\n",
+  fmt::print("warmed {} files ({}) in {:.1f} s{}: the daemon read {} chunks from the source "
+             "({}) and found {} in its cache ({}){}\n",
              files.size() - failed, Bytes(total_bytes), s,
              passes > 1 ? fmt::format(" ({} passes)", passes) : "",
              after.source_reads - before.source_reads,

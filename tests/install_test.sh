@@ -18,7 +18,7 @@ check() {
   fi
 }
 check "$prefix/bin/epochfs"
-check "/sbin/mount.epochfs"
+check "/usr/sbin/mount.epochfs"
 check "$prefix/lib/systemd/system/epochfs@.service"
 check "/etc/epochfs/epochfs.conf.example"
 check "$prefix/share/doc/epochfs/epochfs.conf.example"

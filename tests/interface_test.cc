@@ -490,6 +490,7 @@ const std::vector<std::string> kStatsKeys = {
     "push_errors",
     "push_not_known",
     "push_refused",
+    "push_writers_open",
     "pushed_at_open",
     "pushed_bytes",
     "pushed_files",

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -215,6 +216,17 @@ Dataset Dataset::Make(const fsys::path& root, int count, int classes, size_t max
   // more (the racily-clean rule in cache.h); let the newest file age past that.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return d;
+}
+
+std::string ReadWhole(const fsys::path& path, int extra_flags) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
+  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
 }
 
 }  // namespace epochfs::testing

@@ -148,6 +148,10 @@ struct Dataset {
 // reaper (there is no init here to reap a daemon).
 bool ExitsWithin(int pid, std::chrono::milliseconds timeout);
 
+// The whole file, read with a fresh open (O_RDONLY | extra_flags) until its end; on an
+// open that fails, "<open failed: REASON>", which no file content of the tests equals.
+std::string ReadWhole(const fsys::path& path, int extra_flags = 0);
+
 // Sets the file's atime and mtime to `seconds_ago` in the past.
 void AgeFile(const fsys::path& path, int seconds_ago);
 

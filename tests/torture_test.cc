@@ -65,17 +65,6 @@ struct Report {
   }
 };
 
-std::string ReadWhole(const fsys::path& path, int extra_flags = 0) {
-  int fd = ::open(path.c_str(), O_RDONLY | extra_flags);
-  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 void WriteAll(int fd, const char* data, size_t size, off_t offset) {
   while (size > 0) {
     ssize_t n = ::pwrite(fd, data, size, offset);

@@ -75,17 +75,6 @@ int64_t VersionOf(const std::string& bytes) {
   return static_cast<int64_t>((tag >> 24) & 0xffffff);
 }
 
-std::string ReadWhole(const fsys::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return "";
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 struct Tally {
   std::mutex mu;
   uint64_t writes = 0, lost = 0, wrong_read_back = 0;
