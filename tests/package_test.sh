@@ -54,7 +54,7 @@ need /usr/lib/systemd/system/epochfs@.service
 need /etc/epochfs/epochfs.conf.example
 need /usr/share/doc/epochfs/operations.md
 need /usr/share/doc/epochfs/copyright
-need /usr/share/doc/epochfs/changelog.Debian.gz
+need /usr/share/doc/epochfs/changelog.gz
 need /usr/share/man/man8/epochfs.8.gz
 need /usr/share/man/man8/mount.epochfs.8.gz
 need /usr/lib/python3/dist-packages/epochfs/__init__.py
@@ -93,7 +93,7 @@ done
 
 # ---- 2. lintian ----
 if command -v lintian >/dev/null; then
-  lintian --fail-on error --no-tag-display-limit "$deb" > "$work/lintian" 2>&1 ||
+  lintian --fail-on error --tag-display-limit 0 "$deb" > "$work/lintian" 2>&1 ||
     { cat "$work/lintian"; bad "lintian reports errors"; }
   echo "lintian: $(grep -c '^E:' "$work/lintian" || true) errors, $(grep -c '^W:' "$work/lintian" || true) warnings"
 else
@@ -153,5 +153,7 @@ else
   done
   echo "clean root: installed, mounted twice, refused a removal under a mount, removed, purged"
 fi
-[ $fail -eq 0 ] && echo "Debian package OK"
-exit $fail
+if [ "$fail" = 0 ]; then
+  echo "Debian package OK"
+fi
+exit "$fail"
