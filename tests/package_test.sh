@@ -82,6 +82,9 @@ mkdir "$work/clean"
 for flag in --help -h -V --version; do
   "$work/root/usr/sbin/mount.epochfs" $flag >/dev/null || bad "mount.epochfs $flag fails"
 done
+for sub in "" mount umount status top warm run python-hook; do  # --help of every entry point
+  "$work/root/usr/bin/epochfs" $sub --help >/dev/null || bad "epochfs $sub --help fails"
+done
 (cd "$work/clean" && PYTHONPATH="$work/root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -c "import epochfs; print('import epochfs:', epochfs.__file__); epochfs.Loader") ||
   bad "the packaged Python package does not import"
