@@ -255,6 +255,10 @@ void SetReadahead(const std::filesystem::path& mountpoint, uint64_t bytes) {
 }  // namespace
 
 
+void FuseSession::Unmount() {
+  if (session_ != nullptr) fuse_session_unmount(session_);  // a no-op when not mounted
+}
+
 FuseSession::~FuseSession() {
   if (session_ == nullptr) return;
   fuse_session_unmount(session_);  // a no-op when not mounted
@@ -585,6 +589,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
   if (Status st = session_.InstallSignalHandlers(); !st.ok()) return fail(st);
   if (Status st = session_.Mount(options.mountpoint); !st.ok()) return fail(st);
   mounted_ = true;
+  end_connection_.Set([this] { session_.Unmount(); });
   spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),
                options.mountpoint.string(), options.cache_dir.string(),
                options.ram_budget >> 20, options.disk_budget >> 20);

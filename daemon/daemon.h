@@ -75,6 +75,9 @@ class FuseSession {
   // Installs libfuse's SIGTERM/SIGINT/SIGHUP handlers (they end the session loop).
   Status InstallSignalHandlers();
   Status Mount(const std::filesystem::path& mountpoint);
+  // Closes the connection (requests still waiting for an answer fail) and detaches the
+  // mount; the destructor does it too. Idempotent.
+  void Unmount();
 
  private:
   struct fuse_session* session_ = nullptr;
@@ -173,6 +176,10 @@ class Daemon {
   ShutdownStep detach_kernel_;
   // Pushing stops (and a push in flight ends) before the session and the inode table go.
   ShutdownStep detach_pusher_;
+  // The connection ends first: a push or a drop may be opening a file through the mount
+  // (fs/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
+  // stopped (a signal); closing the connection fails that request, and the push ends.
+  ShutdownStep end_connection_;
   std::unique_ptr<MetricsExporter> exporter_;
   // STOPPING=1 to systemd, after the last status line and before the flush (which may
   // take a while).
