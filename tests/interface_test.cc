@@ -163,7 +163,7 @@ const std::vector<CommandInterface> kCommandLine = {
      {"--json", "-h,--help", "MOUNTPOINT"},
      {}},
     {{"top"},
-     "epochfs top [OPTIONS] MOUNTPOINT",
+     "epochfs top [OPTIONS] [MOUNTPOINT]",
      {"--once", "-h,--help", "-i,--interval", "MOUNTPOINT"},
      {"-i,--interval=1"}},
     {{"umount"},
