@@ -402,7 +402,7 @@ class LoaderImpl final : public Loader {
 unsigned ReaderThreads(const LoaderOptions& o) {
   if (o.reader_threads > 0) return o.reader_threads;
   // Half the cores (the other half run the training loop and its data work), and two at
-  // least: a second reader pays even on two cores (docs/benchmarks.md, "The loader").
+  // least: a second reader pays even on two cores (docs/benchmarks.md, "GPU loader").
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::clamp(cores / 2, 2u, 16u);
 }
@@ -493,28 +493,23 @@ Result<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   if (options.io == IoBackend::kAuto && total_bytes / sizes.size() >= kLargeSampleBytes) {
     use_uring = false;
   }
-  for (unsigned t = 0; t < threads; ++t) {
-    std::unique_ptr<FileReader> one;
-    if (use_uring) {
-      Status why_not;
-      one = NewUringReader(depth_each, &why_not);
-      if (!one) {
-        if (options.io == IoBackend::kUring) return why_not;
-        static std::atomic<bool> logged{false};
-        if (!logged.exchange(true)) {
-          spdlog::warn("epochfs loader: io_uring unavailable ({}); reading with pread",
-                       why_not.ToString());
-        }
-        use_uring = false;
-        readers.clear();
-        t = static_cast<unsigned>(-1);  // start over with pread readers
-        continue;
-      }
-    } else {
-      one = NewPreadReader();
+  for (unsigned t = 0; use_uring && t < threads; ++t) {
+    Status why_not;
+    std::unique_ptr<FileReader> ring = NewUringReader(depth_each, &why_not);
+    if (ring) {
+      readers.push_back(std::move(ring));
+      continue;
     }
-    readers.push_back(std::move(one));
+    if (options.io == IoBackend::kUring) return why_not;
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      spdlog::warn("epochfs loader: io_uring unavailable ({}); reading with pread",
+                   why_not.ToString());
+    }
+    use_uring = false;
+    readers.clear();  // every worker reads the same way
   }
+  while (!use_uring && readers.size() < threads) readers.push_back(NewPreadReader());
   std::unique_ptr<FileReader> reader = NewParallelReader(std::move(readers), depth_each);
 
   std::unique_ptr<PlanPublisher> publisher;

@@ -3,7 +3,7 @@
 //
 // Why: a read of a file the page cache holds completes inside the submitting thread (the
 // kernel copies the pages out during io_uring_enter), so one thread delivers what one
-// core can copy, a tenth of what PCIe carries. Each worker takes requests from one shared
+// core can copy, well short of what PCIe carries. Each worker takes requests from one shared
 // queue, a few at a time, and keeps its own reader fed; completed requests go back to
 // the caller through a second queue. Order is the caller's business (the loader hands
 // batches over in order whatever order their files complete in).
