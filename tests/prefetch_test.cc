@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -1058,6 +1060,81 @@ TEST_P(PushTest, UnderAMemoryLimitPagesOfReadsAreChargedOrDropped) {
   const uint64_t resident = ResidentBytes(names);
   const uint64_t pushed_during = stats()["pushed_bytes"].get<uint64_t>() - pushed_before;
   EXPECT_LE(resident, budget + pushed_during + (4u << 20)) << s.dump();
+  // --ram bounds the daemon's RSS plus every page it is charged for, READ pages among
+  // them (kernel_page_bytes counts the pushed and the READ-delivered files alike).
+  EXPECT_LE(s["daemon_rss_bytes"].get<uint64_t>() + s["kernel_page_bytes"].get<uint64_t>(),
+            48ull << 20) << s.dump();
+  EXPECT_EQ(group.OomKills(), 0u);
+}
+
+// The kernel's copy of a file that came by demand READs (no readahead, nothing pushed) is
+// never read stale: a file changed right after its READ, underneath the mount, is read
+// with its new bytes by the next open. The changes: the same size with the old mtime put
+// back (only ctime tells), larger, and emptied.
+TEST_P(PushTest, AFileChangedRightAfterADemandReadIsReadNew) {
+  const auto names = MakeFiles(120, 4, kSize);
+  auto m = MountIt({"--prefetch", "0"});
+  ASSERT_TRUE(m->ok());
+  std::map<std::string, std::string> changed;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_EQ(ReadFile(mnt_ / names[i]), RandomBytes(kSize, static_cast<int>(i))) << names[i];
+    // At once after its READ, while the kernel holds its pages.
+    if (i % 40 == 10) ChangeUnderneath(changed, names[i], RandomBytes(kSize, static_cast<int>(710'000 + i)), true);
+    if (i % 40 == 20) ChangeUnderneath(changed, names[i], RandomBytes(kSize + 4096, static_cast<int>(720'000 + i)));
+    if (i % 40 == 30) ChangeUnderneath(changed, names[i], "");
+  }
+  auto s = m->Stats();
+  EXPECT_EQ(s["pushed_files"], 0) << s.dump();  // every page came by a READ
+  // "notify" mode sees a change underneath through its watcher, a moment later.
+  if (GetParam() == std::string("notify")) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ShuffledEpoch(names, 21, changed);
+  ShuffledEpoch(names, 22, changed);
+}
+
+// Files changed underneath while the daemon drops pages (a memory limit: one copy, and
+// every file a READ delivered whole is charged or dropped, pushed ones dropped when the
+// epoch policy lets them go) are read with their last bytes once the changes stop. A
+// thread rewrites files throughout two epochs; drops, pushes and READs race it.
+TEST_P(PushTest, FilesChangedWhilePagesAreDroppedAreNeverReadStale) {
+  MemoryCgroup group(1ull << 30);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
+  const auto names = FillAndUnmount(600, {"--ram", "40M"});  // 29 MB of files
+  const CommandResult mounted = MountInside(group, "40M");
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  UnmountOnExit unmount(mnt_);
+  ListAll();
+  std::map<std::string, std::string> last;  // what each changed file holds now
+  std::mutex last_mu;
+  std::atomic<bool> stop{false};
+  std::thread changer([&] {
+    std::mt19937_64 rng(77);
+    for (int round = 0; !stop.load(); ++round) {
+      const std::string& name = names[rng() % names.size()];
+      std::string bytes = RandomBytes(kSize + (round % 3) * 1000, 800'000 + round);
+      {
+        std::lock_guard lock(last_mu);
+        WriteFile(src_ / name, bytes);
+        if (round % 2 == 0) AgeFile(src_ / name, 3600);  // only ctime tells
+        last[name] = std::move(bytes);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  // Reads race the changes: a file may be read old or new then, never a mix that stays.
+  std::vector<std::string> order = names;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(31 + epoch));
+    for (const auto& name : order) (void)ReadFile(mnt_ / name);
+  }
+  stop = true;
+  changer.join();
+  ASSERT_GT(last.size(), 20u);
+  if (GetParam() == std::string("notify")) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto s = MountStats();
+  EXPECT_GT(s["kernel_page_drops"].get<uint64_t>() + s["read_pages_dropped"].get<uint64_t>(), 0u)
+      << s.dump();
+  ShuffledEpoch(names, 33, last);
+  ShuffledEpoch(names, 34, last);
   EXPECT_EQ(group.OomKills(), 0u);
 }
 
