@@ -124,71 +124,6 @@ MemoryPlan PlanMemory(uint64_t ram) {
   return plan;
 }
 
-// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
-// exporter renders it as Prometheus text (daemon/metrics.h).
-MountCounters GatherCounters(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                             const ChangeWatcher* watcher, const fs::PageCachePusher* pusher,
-                             std::chrono::steady_clock::time_point started) {
-  MountCounters c;
-  c.version = EPOCHFS_VERSION;
-  c.pid = static_cast<uint64_t>(::getpid());
-  c.source = options.source.string();
-  c.mountpoint = options.mountpoint.string();
-  c.cache_dir = options.cache_dir.string();
-  c.consistency = ConsistencyName(options.consistency);
-  c.read_only = options.read_only;
-  c.parallel_lookups = fs::ParallelDiropsGranted();
-  c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  c.requests = &ctx.counters;
-  c.cache = fs.cache().Stats();
-  const MemoryPlan memory = PlanMemory(options.ram_budget);
-  c.ram_budget_bytes = options.ram_budget;
-  c.ram_tier_budget_bytes = c.cache.ram_budget;
-  c.ram_tier_share_bytes = memory.ram_tier;
-  c.ssd_write_queue_bytes = memory.write_queue;
-  c.ssd_budget_bytes = options.disk_budget;
-  c.open_file_fds = fs.handle_fds().open();
-  c.open_file_fds_max = fs.handle_fds().max_open();
-  c.open_file_fd_reopens = fs.handle_fds().reopens();
-  c.open_relookups = fs.open_relookups();
-  c.open_checks = fs.open_checks();
-  c.pushes_at_open = fs.pushes_at_open();
-  c.open_direct_fallbacks = fs.open_direct_fallbacks();
-  c.inodes = fs.inode_count();
-  if (const fs::MetadataWarmup* warmup = fs.warmup()) {
-    c.metadata_warmup = warmup->walking();
-    c.metadata_warmed = warmup->opened();
-  }
-  c.metadata_pins = fs.inodes().pins();
-  c.watcher = watcher;
-  c.pusher = pusher;
-  c.access = fs.access_watcher();
-  if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
-    c.prefetch = prefetcher->Stats();
-    c.prefetch_threads = options.prefetch_threads;
-    c.prefetch_iops_limit = options.prefetch_iops;
-    c.prefetch_bandwidth_limit = options.prefetch_bandwidth;
-    c.prefetch_pacing = options.prefetch_pacing;
-  }
-  std::tie(c.daemon_rss_bytes, c.daemon_peak_rss_bytes) = ResidentSetBytes();
-  return c;
-}
-
-nlohmann::json StatsSnapshot(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                             const ChangeWatcher* watcher, const fs::PageCachePusher* pusher,
-                             std::chrono::steady_clock::time_point started) {
-  return StatsSnapshotJson(GatherCounters(options, ctx, fs, watcher, pusher, started));
-}
-
-std::string StatsJson(const MountOptions& options, const FuseContext& ctx, SourceFs& fs,
-                      const ChangeWatcher* watcher, const fs::PageCachePusher* pusher,
-                      std::chrono::steady_clock::time_point started) {
-  // Paths are bytes, not always UTF-8: replace what is not rather than throw.
-  return StatsSnapshot(options, ctx, fs, watcher, pusher, started)
-             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-         "\n";
-}
-
 // One daemon per cache dir: two writers would interleave their packs.
 Result<UniqueFd> LockCacheDir(const std::filesystem::path& dir) {
   const auto path = dir / "lock";
@@ -254,6 +189,59 @@ void SetReadahead(const std::filesystem::path& mountpoint, uint64_t bytes) {
 
 }  // namespace
 
+// The one snapshot of every counter: .epochfs/stats serves it as JSON, the metrics
+// exporter renders it as Prometheus text (daemon/metrics.h).
+MountCounters Daemon::GatherCounters() const {
+  const MountOptions& options = options_;
+  const FuseContext& ctx = ctx_;
+  SourceFs& fs = *fs_;  // its cache's Stats() is not const
+  MountCounters c;
+  c.version = EPOCHFS_VERSION;
+  c.pid = static_cast<uint64_t>(::getpid());
+  c.source = options.source.string();
+  c.mountpoint = options.mountpoint.string();
+  c.cache_dir = options.cache_dir.string();
+  c.consistency = ConsistencyName(options.consistency);
+  c.read_only = options.read_only;
+  c.parallel_lookups = fs::ParallelDiropsGranted();
+  c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  c.requests = &ctx.counters;
+  c.cache = fs.cache().Stats();
+  const MemoryPlan memory = PlanMemory(options.ram_budget);
+  c.ram_budget_bytes = options.ram_budget;
+  c.ram_tier_budget_bytes = c.cache.ram_budget;
+  c.ram_tier_share_bytes = memory.ram_tier;
+  c.ssd_write_queue_bytes = memory.write_queue;
+  c.ssd_budget_bytes = options.disk_budget;
+  c.fs = fs_.get();
+  c.activity = activity_.get();
+  c.inodes = fs.inode_count();
+  if (const fs::MetadataWarmup* warmup = fs.warmup()) {
+    c.metadata_warmup = warmup->walking();
+    c.metadata_warmed = warmup->opened();
+  }
+  c.metadata_pins = fs.inodes().pins();
+  c.watcher = watcher_.get();
+  c.pusher = pusher_.get();
+  c.access = activity_ ? activity_->access_watcher() : nullptr;
+  if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
+    c.prefetch = prefetcher->Stats();
+    c.prefetch_threads = options.prefetch_threads;
+    c.prefetch_iops_limit = options.prefetch_iops;
+    c.prefetch_bandwidth_limit = options.prefetch_bandwidth;
+    c.prefetch_pacing = options.prefetch_pacing;
+  }
+  std::tie(c.daemon_rss_bytes, c.daemon_peak_rss_bytes) = ResidentSetBytes();
+  return c;
+}
+
+nlohmann::json Daemon::StatsSnapshot() const { return StatsSnapshotJson(GatherCounters()); }
+
+std::string Daemon::StatsJson() const {
+  // Paths are bytes, not always UTF-8: replace what is not rather than throw.
+  return StatsSnapshot().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 
 void FuseSession::Unmount() {
   if (session_ != nullptr) fuse_session_unmount(session_);  // a no-op when not mounted
@@ -298,6 +286,16 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(const MountOptions& options) {
 }
 
 Status Daemon::Start() {
+  EPOCHFS_RETURN_IF_ERROR(OpenSource());
+  EPOCHFS_RETURN_IF_ERROR(BuildCache());
+  EPOCHFS_RETURN_IF_ERROR(BuildPrefetcher());
+  EPOCHFS_RETURN_IF_ERROR(BuildFilesystem());
+  EPOCHFS_RETURN_IF_ERROR(BuildSession());
+  EPOCHFS_RETURN_IF_ERROR(StartMetrics());
+  return Status::Ok();
+}
+
+Status Daemon::OpenSource() {
   MountOptions& options = options_;
   // Taken before mounting: once mounted over itself, the source is only reachable
   // through this fd.
@@ -317,7 +315,11 @@ Status Daemon::Start() {
                  "starts cold");
   }
   RaiseFdLimit();
+  return Status::Ok();
+}
 
+Status Daemon::BuildCache() {
+  MountOptions& options = options_;
   memory_ = PlanMemory(options.ram_budget);
   spdlog::info("--ram {} MiB: RAM tier {} MiB, SSD write queue {} MiB, index {} MiB, file "
                "table {} MiB, plan {} MiB",
@@ -372,8 +374,11 @@ Status Daemon::Start() {
     Status flushed = cache->Flush();
     if (!flushed.ok()) spdlog::warn("flushing the cache on the way down: {}", flushed.ToString());
   });
+  return Status::Ok();
+}
 
-  // The prefetcher.
+Status Daemon::BuildPrefetcher() {
+  MountOptions& options = options_;
   UniqueFd tree_fd(::fcntl(root_fd_.get(), F_DUPFD_CLOEXEC, 0));
   if (!tree_fd) return Status::FromErrno(errno, "dup the source fd");
   source_tree_ = std::make_unique<fs::RootSourceTree>(std::move(tree_fd));
@@ -399,13 +404,21 @@ Status Daemon::Start() {
   // The shares above are ceilings: the tier gets what the rest leaves unused.
   ram_balancer_ = std::make_unique<RamBalancer>(*cache_, options.ram_budget, memory_.ram_tier,
                                                 std::chrono::milliseconds(250));
+  return Status::Ok();
+}
 
+Status Daemon::BuildFilesystem() {
+  MountOptions& options = options_;
   SourceFsOptions fs_options;
   fs_options.read_only = options.read_only;
   fs_options.hidden_root_name = ControlDir::kDirName;
   auto fs = SourceFs::Create(std::move(root_fd_), fs_options, *cache_, prefetcher_.get());
   if (!fs.ok()) return fs.status();
   fs_ = std::move(*fs);
+  // What the kernel does with the files goes to readahead and pushing through one
+  // observer (fs/kernel_activity.h); the access watcher and the pusher join it later.
+  activity_ = std::make_unique<fs::KernelActivity>(*fs_, prefetcher_.get());
+  fs_->SetObserver(activity_.get());
   plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get(),
                                           prefetch::PlanParserOptions{.max_bytes = memory_.plan},
                                           PlanResolveBudget());
@@ -415,7 +428,7 @@ Status Daemon::Start() {
       std::vector<ControlDir::File>{
           ControlDir::File{"stats", 3,
                            [this] {
-                             return StatsJson(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_);
+                             return StatsJson();
                            }},
           // the prefetcher's plan file
           ControlDir::File{"plan", 4, [this] { return plan_file_->Summary(); },
@@ -424,7 +437,11 @@ Status Daemon::Start() {
                              return plan_file_->Write(offset, data, uid, gid, pid);
                            }}},
       root_stat_.st_uid, root_stat_.st_gid);
+  return Status::Ok();
+}
 
+Status Daemon::BuildSession() {
+  MountOptions& options = options_;
   // libfuse splits -o at commas; a comma or backslash in the path is escaped.
   std::string fsname;
   for (char c : options.source.string()) {
@@ -487,13 +504,17 @@ Status Daemon::Start() {
     detach_pusher_.Set([this] {
       if (listing_) listing_->Stop();
       prefetcher_->AttachKernelPages(nullptr);
-      fs_->AttachPusher(nullptr);
+      activity_->SetPusher(nullptr);
       pusher_->Detach();
     });
   }
 
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
+  return Status::Ok();
+}
 
+Status Daemon::StartMetrics() {
+  MountOptions& options = options_;
   // ---- Observability: the metrics endpoint and textfile (daemon/metrics_server.h). ----
   // Bound before mounting, so a taken port refuses the mount instead of a half start.
   if (!options.metrics_listen.empty() || !options.metrics_textfile.empty()) {
@@ -502,7 +523,7 @@ Status Daemon::Start() {
     metrics_options.allow_remote = options.metrics_allow_remote;
     metrics_options.textfile = options.metrics_textfile;
     auto started_exporter = MetricsExporter::Start(metrics_options, [this] {
-      return PrometheusText(StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_));
+      return PrometheusText(StatsSnapshot());
     });
     if (!started_exporter.ok()) return started_exporter.status();
     exporter_ = std::move(*started_exporter);
@@ -519,7 +540,7 @@ void Daemon::StartPushing() {
   // "open" mode they would only repeat the OPENs (measured on GlusterFS: warm epochs
   // 0.58-0.83x the Gluster client with it, 0.97-1.26x with no readahead at all).
   if (options_.consistency == Consistency::kOpen) {
-    fs_->ReportOpensAsAccesses(true);
+    activity_->ReportOpensAsAccesses(true);
   } else {
     auto access = fs::AccessWatcher::Start(options_.mountpoint, *fs_, *prefetcher_);
     if (!access.ok()) {
@@ -528,8 +549,8 @@ void Daemon::StartPushing() {
       return;
     }
     access_watcher_ = std::move(*access);
-    fs_->AttachAccessWatcher(access_watcher_.get());
-    detach_access_.Set([this] { fs_->AttachAccessWatcher(nullptr); });
+    activity_->SetAccessWatcher(access_watcher_.get());
+    detach_access_.Set([this] { activity_->SetAccessWatcher(nullptr); });
   }
   // Which files the kernel holds whole (fs/inode_table.h, residency). Under a memory
   // limit only pushed files count, within the most the RAM tier that pays for them can
@@ -552,7 +573,7 @@ void Daemon::StartPushing() {
                                                  : options_.mountpoint);
   pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_, *write_fence_);
   prefetcher_->AttachKernelPages(pusher_.get());
-  fs_->AttachPusher(pusher_.get());
+  activity_->SetPusher(pusher_.get());
   // After a restart: a reader that never lists (it opens files by path from a list of
   // its own) gives the kernel no inode to push into before each open. The recorded
   // folders are listed for it, up to as many files as the RAM tier could hold at once
@@ -569,7 +590,7 @@ void Daemon::StartStatsSocket() {
   const auto mount = VisibleMount(options_.mountpoint);
   if (!mount || mount->fstype != kFsType) return;
   auto socket = StatsSocket::Start(StatsSocketPath(mount->device), options_.allow_other, [this] {
-    return StatsJson(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_);
+    return StatsJson();
   });
   if (socket.ok()) {
     stats_socket_ = std::move(*socket);
@@ -622,7 +643,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
     status_reporter_ = std::make_unique<StatusReporter>(
         [this] {
           return ServiceStatusLine(
-              StatsSnapshot(options_, ctx_, *fs_, watcher_.get(), pusher_.get(), started_));
+              StatsSnapshot());
         },
         std::chrono::seconds(10));
   });

@@ -27,16 +27,20 @@
 #include "cache/cache.h"
 #include "cache/eviction.h"
 #include "daemon/memory_trimmer.h"
+#include "daemon/metrics.h"
 #include "daemon/ram_balancer.h"
 #include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/service_notify.h"
 #include "daemon/stats_socket.h"
+#include "fs/access_watcher.h"
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/kernel_activity.h"
 #include "fs/kernel_listing.h"
+#include "nlohmann/json.hpp"
 #include "fs/page_cache_pusher.h"
 #include "fs/plan_file.h"
 #include "fs/root_source_tree.h"
@@ -112,8 +116,20 @@ class Daemon {
 
  private:
   explicit Daemon(const MountOptions& options);
-  // Builds the members in declaration order; Create's body.
+  // Builds the members in declaration order; Create's body. One builder per stage, each
+  // using what the ones before it built.
   Status Start();
+  Status OpenSource();       // the source's fd, the cache dir's lock, the disk budget
+  Status BuildCache();       // the memory plan, the pacer, the pusher, the cache
+  Status BuildPrefetcher();  // the prefetcher, the memory trimmer and balancer
+  Status BuildFilesystem();  // SourceFs, its observer, the plan file, the control files
+  Status BuildSession();     // the FUSE session, the consistency mode and its watchers
+  Status StartMetrics();     // the metrics endpoint, before mounting
+  // The one snapshot of every counter: .epochfs/stats, the stats socket, the metrics
+  // exporter and systemd's status line all read it (daemon/metrics.h).
+  MountCounters GatherCounters() const;
+  nlohmann::json StatsSnapshot() const;
+  std::string StatsJson() const;
   // Once mounted: the stats socket, named by the mount's device number.
   void StartStatsSocket();
   // Once mounted: the access watcher, then pushing pages (both or neither: pushed
@@ -150,6 +166,8 @@ class Daemon {
   std::unique_ptr<MemoryTrimmer> memory_trimmer_;
   std::unique_ptr<RamBalancer> ram_balancer_;
   std::unique_ptr<fs::SourceFs> fs_;
+  // SourceFs's observer (fs/kernel_activity.h); the watcher and the pusher join it later.
+  std::unique_ptr<fs::KernelActivity> activity_;
   std::unique_ptr<fs::PlanFile> plan_file_;
   fs::FuseContext ctx_;
   std::unique_ptr<fs::ControlDir> control_;

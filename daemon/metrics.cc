@@ -7,6 +7,8 @@
 #include "fmt/format.h"
 #include "fs/change_watcher.h"
 #include "fs/access_watcher.h"
+#include "fs/kernel_activity.h"
+#include "fs/source_fs.h"
 #include "fs/page_cache_pusher.h"
 #include "fs/fuse_ops.h"
 
@@ -162,41 +164,8 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
   visit(CounterInfo{"ssd_budget_bytes", budget, kGauge, "epochfs_tier_budget_bytes", "tier=\"ssd\""}
             .Show({.row = "SSD tier", .label = "budget", .unit = kBytes}),
         ssd_budget_bytes);
-  visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
-            {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
-        open_file_fds);
-  visit(CounterInfo{"open_file_fds_max", "The limit on source file descriptors held by open files; beyond it, opens share fds and reopen.",
-                    kGauge}
-            .Show({.row = "source fds", .label = "limit"}),
-        open_file_fds_max);
-  visit(CounterInfo{"open_file_fd_reopens", "Source files reopened after their fd was shared out.",
-                    kCounter}
-            .Show({.row = "source fds", .label = "reopened"}),
-        open_file_fd_reopens);
-  visit(CounterInfo{"open_checks",
-                    "Opens answered with a fresh stat of the source file, no open of it (open "
-                    "mode: files the kernel had read; the source is opened at a READ).",
-                    kCounter}
-            .Show({.row = "source fds", .label = "opens checked only", .quiet = true}),
-        open_checks);
-  visit(CounterInfo{"pushed_at_open",
-                    "Files read ahead whose bytes the open that needed them put into the "
-                    "kernel's page cache (the kernel had no inode for them when readahead "
-                    "pushed).",
-                    kCounter}
-            .Show({.row = "source fds", .label = "pushed at open", .quiet = true}),
-        pushes_at_open);
-  visit(CounterInfo{"open_relookups",
-                    "Opens answered ESTALE so that the kernel looked the file up again (open mode: "
-                    "it changed since).",
-                    kCounter}
-            .Show({.row = "source fds", .label = "re-looked-up", .quiet = true}),
-        open_relookups);
-  visit(CounterInfo{"open_direct_fallbacks",
-                    "Opens read with direct I/O: the file changed again right after a re-lookup.",
-                    kCounter}
-            .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
-        open_direct_fallbacks);
+  fs::SourceFs::VisitCounters(fs, visit);
+  fs::KernelActivity::VisitCounters(activity, visit);
   visit(
       CounterInfo{"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}.Show(
           {.row = "daemon", .label = "inodes"}),

@@ -26,6 +26,8 @@ namespace epochfs::fs {
 class ChangeWatcher;
 class PageCachePusher;
 class AccessWatcher;
+class KernelActivity;
+class SourceFs;
 class RequestCounters;
 }  // namespace epochfs::fs
 
@@ -46,8 +48,8 @@ struct MountCounters {
   uint64_t ram_tier_share_bytes = 0;   // its own share: the least it gets (daemon/ram_balancer.h)
   uint64_t ssd_write_queue_bytes = 0;  // the part of --ram for chunks on their way to SSD
   uint64_t ssd_budget_bytes = 0;       // --disk
-  uint64_t open_file_fds = 0, open_file_fds_max = 0, open_file_fd_reopens = 0;
-  uint64_t open_relookups = 0, open_direct_fallbacks = 0, open_checks = 0, pushes_at_open = 0;
+  const fs::SourceFs* fs = nullptr;              // null: its counts 0
+  const fs::KernelActivity* activity = nullptr;  // null: its counts 0
   uint64_t inodes = 0;
   bool metadata_warmup = false;  // the warm-up is opening recorded files now
   uint64_t metadata_warmed = 0, metadata_pins = 0;

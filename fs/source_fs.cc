@@ -180,7 +180,7 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
                                 KnownByAnotherDeadName(*parent, name, *st));
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
-    if (AccessWatcher* access = access_.load()) access->Watch(*inode);
+    if (SourceObserver* observer = observer_.load()) observer->DirectoryKnown(*inode);
   }
   return Entry{inode->nodeid, *st};
 }
@@ -207,7 +207,7 @@ void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
   std::shared_ptr<Inode> gone = inodes_.Forget(nodeid, nlookup);
   if (gone && gone->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Unwatch(*gone);
-    if (AccessWatcher* access = access_.load()) access->Forgotten(gone->nodeid);
+    if (SourceObserver* observer = observer_.load()) observer->DirectoryForgotten(*gone);
   }
 }
 
@@ -215,11 +215,6 @@ void SourceFs::WarmMetadata(std::vector<std::string> paths,
                             const MetadataWarmup::Options& options) {
   warmup_ = std::make_unique<MetadataWarmup>(inodes_.root()->path_fd.get(), std::move(paths),
                                              inodes_, options);
-}
-
-void SourceFs::AttachAccessWatcher(AccessWatcher* access) {
-  access_.store(access);
-  if (access) access->Watch(*inodes_.root());
 }
 
 void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
@@ -486,37 +481,14 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::CheckNode(const Ino
 }
 
 Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
-  if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC)) PushBeforeOpen(nodeid);
+  const bool read_only = (flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC);
+  SourceObserver* observer = read_only ? observer_.load() : nullptr;
+  if (observer != nullptr) {
+    if (auto inode = FindInode(nodeid); inode.ok()) observer->BeforeReadOnlyOpen(**inode);
+  }
   Result<OpenResult> opened = OpenChecked(nodeid, flags);
-  if (opened.ok() && (flags & O_ACCMODE) == O_RDONLY && prefetcher_ != nullptr &&
-      opens_are_accesses_.load(std::memory_order_relaxed)) {
-    const Inode& inode = *opened->handle->inode();
-    prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino}, RelativePath(inode), 0);
-  }
+  if (opened.ok() && observer != nullptr) observer->ReadOnlyOpened(*opened->handle->inode());
   return opened;
-}
-
-void SourceFs::PushBeforeOpen(uint64_t nodeid) {
-  // A file read ahead into RAM whose push found no inode in the kernel (a reader that
-  // opens by path, never listing: the kernel learns each inode from the LOOKUP right
-  // before its open). Pushed now, the open below finds the kernel holding it and only
-  // checks the source (close-to-open), and the read costs no request. Otherwise, on
-  // GlusterFS, the open opened the file there, the close flushed it (two round trips),
-  // and the READ came to the daemon.
-  PageCachePusher* pusher = pusher_.load();
-  if (pusher == nullptr) return;
-  auto inode = FindInode(nodeid);
-  if (!inode.ok() || (*inode)->is_dir || inodes_.KernelHasRead(**inode)) return;
-  // Only with no other open: then no READ of the file is in flight, holding a page
-  // lock the store would wait for on this FUSE worker.
-  if ((*inode)->open_handles.load(std::memory_order_relaxed) != 0) return;
-  // The identity the kernel's attributes show: a store never changes its size, and
-  // Push checks the source against it (and the RAM tier holds nothing else).
-  if (std::optional<cache::SourceIdentity> id = inodes_.KernelAttrId(**inode)) {
-    if (pusher->Push(*id) == prefetch::PushResult::kPushed) {
-      pushes_at_open_.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
 }
 
 Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
@@ -622,14 +594,7 @@ Result<std::pair<Entry, OpenResult>> SourceFs::Create(uint64_t parent, const std
 }
 
 void SourceFs::NoteDemandRead(const Inode& inode, uint64_t offset) {
-  // With the access watcher seeing opens, a READ is no access of its own (it would
-  // count twice), unless the watcher is paused.
-  if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
-  if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead()) return;
-  if (prefetcher_ == nullptr) return;
-  // The path only matters for a file's first read (offset 0): skip the walk otherwise.
-  prefetcher_->OnRead(prefetch::FileKey{inode.dev, inode.ino},
-                      offset == 0 ? RelativePath(inode) : std::string(), offset);
+  if (SourceObserver* observer = observer_.load()) observer->DemandRead(inode, offset);
 }
 
 Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t size) {
@@ -669,7 +634,7 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
     if (now != fh.identity()) fh.set_identity(now);
     if (fh.reads_fill_page_cache() &&
         inodes_.NoteKernelRead(*fh.inode(), offset, data->size, now.size)) {
-      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(*fh.inode(), now);
+      if (SourceObserver* observer = observer_.load()) observer->WholeRead(*fh.inode(), now);
     }
   }
   return data;
@@ -807,7 +772,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   if (data.ok()) {
     CheckKernelCache(**inode, file.id, seen);
     if (inodes_.NoteKernelRead(**inode, offset, data->size, file.id.size)) {
-      if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(**inode, file.id);
+      if (SourceObserver* observer = observer_.load()) observer->WholeRead(**inode, file.id);
     }
   }
   return data;
@@ -856,8 +821,9 @@ Result<std::unique_ptr<DirHandle>> SourceFs::OpenDir(uint64_t nodeid) {
 
 Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit) {
   std::vector<prefetch::Prefetcher::Opened> listed;
-  Status status = ReadDirEntries(dh, offset, plus, emit, prefetcher_ != nullptr ? &listed : nullptr);
-  if (!listed.empty()) prefetcher_->OnListed(listed);
+  SourceObserver* observer = observer_.load();
+  Status status = ReadDirEntries(dh, offset, plus, emit, observer != nullptr ? &listed : nullptr);
+  if (!listed.empty()) observer->FilesListed(listed);
   return status;
 }
 
@@ -990,6 +956,48 @@ Status SourceFs::RemoveXattr(uint64_t nodeid, const std::string& name) {
   }
   if (auto id = IdentityNow(**inode)) change.Made(*id);
   return Status::Ok();
+}
+
+void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
+  constexpr auto kCounter = CounterKind::kCounter;
+  constexpr auto kGauge = CounterKind::kGauge;
+  uint64_t open = 0, max_open = 0, reopens = 0, checks = 0, relookups = 0, direct_fallbacks = 0;
+  if (fs) {
+    open = fs->handle_fds_.open();
+    max_open = fs->handle_fds_.max_open();
+    reopens = fs->handle_fds_.reopens();
+    checks = fs->open_checks_.load(std::memory_order_relaxed);
+    relookups = fs->open_relookups_.load(std::memory_order_relaxed);
+    direct_fallbacks = fs->open_direct_fallbacks_.load(std::memory_order_relaxed);
+  }
+  visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
+            {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
+        open);
+  visit(CounterInfo{"open_file_fds_max", "The limit on source file descriptors held by open files; beyond it, opens share fds and reopen.",
+                    kGauge}
+            .Show({.row = "source fds", .label = "limit"}),
+        max_open);
+  visit(CounterInfo{"open_file_fd_reopens", "Source files reopened after their fd was shared out.",
+                    kCounter}
+            .Show({.row = "source fds", .label = "reopened"}),
+        reopens);
+  visit(CounterInfo{"open_checks",
+                    "Opens answered with a fresh stat of the source file, no open of it (open "
+                    "mode: files the kernel had read; the source is opened at a READ).",
+                    kCounter}
+            .Show({.row = "source fds", .label = "opens checked only", .quiet = true}),
+        checks);
+  visit(CounterInfo{"open_relookups",
+                    "Opens answered ESTALE so that the kernel looked the file up again (open mode: "
+                    "it changed since).",
+                    kCounter}
+            .Show({.row = "source fds", .label = "re-looked-up", .quiet = true}),
+        relookups);
+  visit(CounterInfo{"open_direct_fallbacks",
+                    "Opens read with direct I/O: the file changed again right after a re-lookup.",
+                    kCounter}
+            .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
+        direct_fallbacks);
 }
 
 }  // namespace epochfs::fs

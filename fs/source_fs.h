@@ -31,15 +31,15 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/counters.h"
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "cache/cache.h"
-#include "fs/access_watcher.h"
-#include "fs/page_cache_pusher.h"
 #include "fs/change_watcher.h"
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"
 #include "fs/metadata_warmup.h"
+#include "fs/source_observer.h"
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::fs {
@@ -181,18 +181,9 @@ class SourceFs {
 
   cache::Cache& cache() { return *cache_; }
   const HandleFds& handle_fds() const { return handle_fds_; }
-  // "open" mode: opens answered ESTALE so that the kernel looked the file up again (it
-  // changed since its last LOOKUP), and opens that read with direct I/O instead (it
-  // changed again right after).
-  uint64_t open_relookups() const { return open_relookups_.load(std::memory_order_relaxed); }
-  // "open" mode: opens that only stat'ed the source file (CheckNode).
-  uint64_t open_checks() const { return open_checks_.load(std::memory_order_relaxed); }
-  // Files pushed into the kernel's page cache by the open that needed them (read ahead,
-  // but their inode was not in the kernel yet when readahead pushed).
-  uint64_t pushes_at_open() const { return pushes_at_open_.load(std::memory_order_relaxed); }
-  uint64_t open_direct_fallbacks() const {
-    return open_direct_fallbacks_.load(std::memory_order_relaxed);
-  }
+  // Names the counters of opens and source fds (base/counters.h); `fs` may be null:
+  // they are then 0.
+  static void VisitCounters(const SourceFs* fs, const CounterVisitor& visit);
   size_t inode_count() const { return inodes_.size(); }
 
   // ---- the plan file's view of the source (source_fs_paths.cc) ----
@@ -217,20 +208,11 @@ class SourceFs {
   // The node's path relative to the source root, as last looked up.
   std::string RelativePath(const Inode& inode) const;
 
-  // From now on opens are reported to the prefetcher by `access` (which marks every
-  // directory looked up from now on, and the root now), not demand reads; null: demand
-  // reads again. Detach before `access` goes.
-  void AttachAccessWatcher(AccessWatcher* access);
-  const AccessWatcher* access_watcher() const { return access_.load(); }
-  // From now on each read-only OPEN is the file's access for the prefetcher, and READs
-  // are not (each would count twice). For the "open" consistency mode, where every open
-  // of a file reaches the daemon anyway: the access watcher's fanotify events would
-  // only repeat the OPENs, at a cost in every reader's open() (docs/architecture.md).
-  void ReportOpensAsAccesses(bool report) { opens_are_accesses_.store(report); }
-  // From now on a READ that completes a file tells `pusher` (PageCachePusher::
-  // AfterWholeRead: under a memory limit its pages are charged or dropped); null: no
-  // more. Detach before `pusher` goes.
-  void AttachPusher(PageCachePusher* pusher) { pusher_.store(pusher); }
+  // From now on what the kernel does with the files (directories looked up and
+  // forgotten, read-only opens, READs, whole files read) is told to `observer`
+  // (fs/source_observer.h); null: to nobody. Set before mounting, cleared after the
+  // session loop ended.
+  void SetObserver(SourceObserver* observer) { observer_.store(observer); }
 
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
@@ -296,16 +278,13 @@ class SourceFs {
   cache::Cache* const cache_;
   const bool running_as_root_;
   std::atomic<ChangeWatcher*> watcher_{nullptr};  // AttachKernel
-  std::atomic<AccessWatcher*> access_{nullptr};   // AttachAccessWatcher
-  std::atomic<PageCachePusher*> pusher_{nullptr};  // AttachPusher
-  std::atomic<bool> opens_are_accesses_{false};     // ReportOpensAsAccesses
+  std::atomic<SourceObserver*> observer_{nullptr};  // SetObserver
   std::atomic<Invalidator*> kernel_{nullptr};     // AttachKernel
   HandleFds handle_fds_;  // declared after inodes_: handles die before their nodes
   std::atomic<uint64_t> open_relookups_{0};
   std::atomic<uint64_t> open_checks_{0};
-  std::atomic<uint64_t> pushes_at_open_{0};
   std::atomic<uint64_t> open_direct_fallbacks_{0};
-  prefetch::Prefetcher* const prefetcher_;  // every demand read is reported to it; may be null
+  prefetch::Prefetcher* const prefetcher_;  // plans are resolved for it; may be null
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes
 };
 

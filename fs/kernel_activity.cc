@@ -1,0 +1,82 @@
+#include "fs/kernel_activity.h"
+
+#include "fs/access_watcher.h"
+#include "fs/page_cache_pusher.h"
+#include "fs/source_fs.h"
+
+namespace epochfs::fs {
+
+KernelActivity::KernelActivity(const SourceFs& fs, prefetch::Prefetcher* prefetcher)
+    : fs_(fs), prefetcher_(prefetcher) {}
+
+void KernelActivity::SetAccessWatcher(AccessWatcher* access) {
+  access_.store(access);
+  if (access) access->Watch(*fs_.inodes().root());
+}
+
+void KernelActivity::DirectoryKnown(const Inode& dir) {
+  if (AccessWatcher* access = access_.load()) access->Watch(dir);
+}
+
+void KernelActivity::DirectoryForgotten(const Inode& dir) {
+  if (AccessWatcher* access = access_.load()) access->Forgotten(dir.nodeid);
+}
+
+void KernelActivity::FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) {
+  if (prefetcher_ != nullptr) prefetcher_->OnListed(files);
+}
+
+void KernelActivity::BeforeReadOnlyOpen(Inode& node) {
+  // A file read ahead into RAM whose push found no inode in the kernel (a reader that
+  // opens by path, never listing: the kernel learns each inode from the LOOKUP right
+  // before its open). Pushed now, the open finds the kernel holding it and only checks
+  // the source (close-to-open), and the read costs no request. Otherwise, on a network
+  // source, the open opened the file there, the close flushed it (two round trips),
+  // and the READ came to the daemon.
+  PageCachePusher* pusher = pusher_.load();
+  if (pusher == nullptr || node.is_dir || fs_.inodes().KernelHasRead(node)) return;
+  // Only with no other open: then no READ of the file is in flight, holding a page
+  // lock the store would wait for on this FUSE worker.
+  if (node.open_handles.load(std::memory_order_relaxed) != 0) return;
+  // The identity the kernel's attributes show: a store never changes its size, and
+  // Push checks the source against it (and the RAM tier holds nothing else).
+  if (std::optional<cache::SourceIdentity> id = fs_.inodes().KernelAttrId(node)) {
+    if (pusher->Push(*id) == prefetch::PushResult::kPushed) {
+      pushes_at_open_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void KernelActivity::ReadOnlyOpened(const Inode& node) {
+  if (prefetcher_ == nullptr || !opens_are_accesses_.load(std::memory_order_relaxed)) return;
+  prefetcher_->OnRead(prefetch::FileKey{node.dev, node.ino}, fs_.RelativePath(node), 0);
+}
+
+void KernelActivity::DemandRead(const Inode& node, uint64_t offset) {
+  // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
+  // (it would count twice), unless the watcher is paused.
+  if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
+  if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead()) return;
+  if (prefetcher_ == nullptr) return;
+  // The path only matters for a file's first read (offset 0): skip the walk otherwise.
+  prefetcher_->OnRead(prefetch::FileKey{node.dev, node.ino},
+                      offset == 0 ? fs_.RelativePath(node) : std::string(), offset);
+}
+
+void KernelActivity::WholeRead(Inode& node, const cache::SourceIdentity& file) {
+  if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(node, file);
+}
+
+void KernelActivity::VisitCounters(const KernelActivity* activity, const CounterVisitor& visit) {
+  constexpr auto kCounter = CounterKind::kCounter;
+  const uint64_t pushes = activity ? activity->pushes_at_open_.load(std::memory_order_relaxed) : 0;
+  visit(CounterInfo{"pushed_at_open",
+                    "Files read ahead whose bytes the open that needed them put into the "
+                    "kernel's page cache (the kernel had no inode for them when readahead "
+                    "pushed).",
+                    kCounter}
+            .Show({.row = "source fds", .label = "pushed at open", .quiet = true}),
+        pushes);
+}
+
+}  // namespace epochfs::fs

@@ -1,0 +1,67 @@
+// KernelActivity: the SourceObserver of a mount. It turns what the kernel does with the
+// files into accesses for the prefetcher and into work for the page-cache pusher:
+//  - listings: the files a READDIRPLUS gave the kernel are the prefetcher's candidates;
+//  - accesses: in "open" mode every read-only OPEN is a file's access (each open reaches
+//    the daemon anyway); in "notify" mode the access watcher's fanotify events are, and
+//    READs are only while it does not see opens (fs/access_watcher.h); with neither,
+//    READs are;
+//  - the access watcher marks each directory the kernel looks up;
+//  - pushing: a file read ahead whose push found no inode in the kernel is pushed by its
+//    OPEN, and a READ that delivers a whole file tells the pusher
+//    (PageCachePusher::AfterWholeRead: under a memory limit its pages are charged or
+//    dropped).
+// Made before the session, with none of the watcher and the pusher; they are attached
+// once they exist and detached before they go.
+//
+// Thread-safety: thread-safe; the Set* calls may race requests.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "base/counters.h"
+#include "fs/source_observer.h"
+#include "prefetcher/prefetcher.h"
+
+namespace epochfs::fs {
+
+class AccessWatcher;
+class PageCachePusher;
+class SourceFs;
+
+class KernelActivity final : public SourceObserver {
+ public:
+  // `fs` and `prefetcher` (may be null: no readahead) outlive this object.
+  KernelActivity(const SourceFs& fs, prefetch::Prefetcher* prefetcher);
+
+  // From now on opens are reported by `access` (which marks every directory looked up
+  // from now on, and the root now), not READs; null: READs again.
+  void SetAccessWatcher(AccessWatcher* access);
+  const AccessWatcher* access_watcher() const { return access_.load(); }
+  // From now on each read-only OPEN is the file's access, and READs are not.
+  void ReportOpensAsAccesses(bool report) { opens_are_accesses_.store(report); }
+  // From now on OPENs and whole READs go to `pusher` too; null: no more.
+  void SetPusher(PageCachePusher* pusher) { pusher_.store(pusher); }
+
+  // SourceObserver
+  void DirectoryKnown(const Inode& dir) override;
+  void DirectoryForgotten(const Inode& dir) override;
+  void FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) override;
+  void BeforeReadOnlyOpen(Inode& node) override;
+  void ReadOnlyOpened(const Inode& node) override;
+  void DemandRead(const Inode& node, uint64_t offset) override;
+  void WholeRead(Inode& node, const cache::SourceIdentity& file) override;
+
+  // Names the counters (base/counters.h); `activity` may be null: they are then 0.
+  static void VisitCounters(const KernelActivity* activity, const CounterVisitor& visit);
+
+ private:
+  const SourceFs& fs_;
+  prefetch::Prefetcher* const prefetcher_;
+  std::atomic<AccessWatcher*> access_{nullptr};
+  std::atomic<PageCachePusher*> pusher_{nullptr};
+  std::atomic<bool> opens_are_accesses_{false};
+  std::atomic<uint64_t> pushes_at_open_{0};
+};
+
+}  // namespace epochfs::fs

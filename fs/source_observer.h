@@ -1,0 +1,42 @@
+// SourceObserver: what SourceFs sees of the kernel's use of the mount's files, told to
+// whoever acts on it (fs/kernel_activity.h: the prefetcher, the access watcher, the
+// page-cache pusher). SourceFs serves requests; it does not decide what an open or a
+// READ means for readahead or for the pages the kernel holds.
+//
+// The calls come from FUSE workers inside requests: an observer must not block on the
+// kernel (no notify call, no path walk through the mount), only record or queue.
+//
+// Thread-safety: implementations are called from many workers at once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/cache.h"
+#include "prefetcher/prefetcher.h"
+
+namespace epochfs::fs {
+
+struct Inode;
+
+class SourceObserver {
+ public:
+  virtual ~SourceObserver() = default;
+
+  // The kernel looked directory `dir` up (it may now open the files in it), and later
+  // forgot it.
+  virtual void DirectoryKnown(const Inode& dir) = 0;
+  virtual void DirectoryForgotten(const Inode& dir) = 0;
+  // A READDIRPLUS gave the kernel these regular files (their inodes).
+  virtual void FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) = 0;
+  // A read-only OPEN of `node` is about to be checked against the source (its pages may
+  // still be put in the kernel before the reply), then was answered.
+  virtual void BeforeReadOnlyOpen(Inode& node) = 0;
+  virtual void ReadOnlyOpened(const Inode& node) = 0;
+  // A READ of `node` at `offset` reached the daemon.
+  virtual void DemandRead(const Inode& node, uint64_t offset) = 0;
+  // READ replies have just delivered the whole of `file` into the kernel's page cache.
+  virtual void WholeRead(Inode& node, const cache::SourceIdentity& file) = 0;
+};
+
+}  // namespace epochfs::fs
