@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -202,6 +203,10 @@ MountCounters Daemon::GatherCounters() const {
   c.mountpoint = options.mountpoint.string();
   c.cache_dir = options.cache_dir.string();
   c.consistency = ConsistencyName(options.consistency);
+  {
+    std::lock_guard lock(isatty_mu_);
+    c.isatty = isatty_state_;
+  }
   c.read_only = options.read_only;
   c.parallel_lookups = fs::ParallelDiropsGranted();
   c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -586,6 +591,24 @@ void Daemon::StartPushing() {
   }
 }
 
+void Daemon::StartIsattyGuard() {
+  const auto mount = VisibleMount(options_.mountpoint);
+  unsigned major = 0, minor = 0;
+  std::string state;
+  if (!mount || mount->fstype != kFsType ||
+      std::sscanf(mount->device.c_str(), "%u:%u", &major, &minor) != 2) {
+    state = "daemon (the mount's device number is unknown)";
+  } else if (auto guard = IsattyGuard::Attach(major, minor); guard.ok()) {
+    isatty_guard_ = std::move(*guard);
+    state = "kernel (BPF LSM)";
+  } else {
+    state = "daemon (" + guard.status().ToString() + "; `epochfs run` avoids it for Python)";
+  }
+  spdlog::info("isatty() of the mount's files answered by the {}", state);
+  std::lock_guard lock(isatty_mu_);
+  isatty_state_ = std::move(state);
+}
+
 void Daemon::StartStatsSocket() {
   const auto mount = VisibleMount(options_.mountpoint);
   if (!mount || mount->fstype != kFsType) return;
@@ -635,6 +658,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
     }
     if (options.readahead > 0) SetReadahead(options.mountpoint, options.readahead);
     StartStatsSocket();
+    StartIsattyGuard();
     StartPushing();
     ready(Status::Ok());
     // ---- systemd: READY=1 only now that the mount answers (daemon/service_notify.h). ----
@@ -660,6 +684,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
   const int loop_rc = fuse_session_loop_mt(session_.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
   readiness.join();
+  isatty_guard_.reset();
   // ---- systemd: going down (the flush on the way may take a while). ----
   notify_stopping_.Set([] { NotifyStopping(); });
   if (never_answered) return 2;

@@ -21,11 +21,14 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "cache/cache.h"
 #include "cache/eviction.h"
+#include "daemon/isatty_guard.h"
 #include "daemon/memory_trimmer.h"
 #include "daemon/metrics.h"
 #include "daemon/ram_balancer.h"
@@ -132,6 +135,8 @@ class Daemon {
   std::string StatsJson() const;
   // Once mounted: the stats socket, named by the mount's device number.
   void StartStatsSocket();
+  // Once mounted: TCGETS on the mount's files answered in the kernel, where it can be.
+  void StartIsattyGuard();
   // Once mounted: the access watcher, then pushing pages (both or neither: pushed
   // pages that nobody sees read would hold the RAM budget for good).
   void StartPushing();
@@ -198,6 +203,11 @@ class Daemon {
   // (fs/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
   // stopped (a signal); closing the connection fails that request, and the push ends.
   ShutdownStep end_connection_;
+  // Detached as soon as the session loop ends (Run), and in any case before the
+  // connection ends: never attached to a device number the mount no longer has.
+  std::unique_ptr<IsattyGuard> isatty_guard_;
+  mutable std::mutex isatty_mu_;
+  std::string isatty_state_ = "daemon (not mounted yet)";  // under isatty_mu_
   std::unique_ptr<MetricsExporter> exporter_;
   // STOPPING=1 to systemd, after the last status line and before the flush (which may
   // take a while).

@@ -132,6 +132,13 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kText}
             .Show({.row = "consistency", .label = "", .top = true}),
         consistency);
+  visit(CounterInfo{"isatty",
+                    "Who answers the isatty() of Python's buffered open() on the mount's files: "
+                    "the kernel (a BPF LSM program, daemon/isatty_guard.h), or the daemon, one "
+                    "request per opened file, and why.",
+                    kText}
+            .Show({.row = "isatty", .label = ""}),
+        isatty);
   visit(CounterInfo{"parallel_lookups",
                     "Whether the kernel sends the lookups and listings of one directory to the "
                     "daemon side by side (FUSE_PARALLEL_DIROPS), not one at a time.",

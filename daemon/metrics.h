@@ -37,6 +37,7 @@ namespace epochfs::daemon {
 // the layers' own stats, which name their counters themselves.
 struct MountCounters {
   std::string version, source, mountpoint, cache_dir, consistency;
+  std::string isatty;  // who answers TCGETS on the mount (daemon/isatty_guard.h)
   uint64_t pid = 0;
   bool read_only = false;
   bool parallel_lookups = false;  // FUSE_PARALLEL_DIROPS granted (fs/parallel_dirops.h)
