@@ -273,8 +273,16 @@ void PageCachePusher::RunDrops() {
       }
       // Without a fence for another reason (no lease, the name gone), the drop still goes:
       // pages held beyond --ram are a sure cost, a writer racing it an unlikely one.
-      // Attributes and pages: FUSE drops attributes with any page range.
       InodeTable::NoteKernelDropped(*node);
+      // Through the lease's fd ("notify" mode) only the pages go: a notification would
+      // drop the kernel's attributes too (FUSE does with any page range), and each
+      // reader's next open or stat of the file would cost a GETATTR. A page the drop
+      // skips (mapped by a reader, or locked by a READ in flight) stays, as with the
+      // notification, which waits for it instead.
+      if (fenced.ok() && fenced->fd() >= 0 &&
+          ::posix_fadvise(fenced->fd(), 0, 0, POSIX_FADV_DONTNEED) == 0) {
+        continue;
+      }
       fuse_lowlevel_notify_inval_inode(session_, node->nodeid, 0, 0);
     }
     batch.clear();

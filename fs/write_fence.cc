@@ -39,9 +39,13 @@ Result<WriteFence::Held> WriteFence::Lease(const InodeTable& inodes, const Inode
   if (!fd) return Status::FromErrno(errno, fmt::format("open '{}' for its lease", path.string()));
   // The name may mean another file by now (renamed underneath): the mount shows the
   // source's inode numbers.
-  struct ::stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "fstat for a lease");
-  if (static_cast<uint64_t>(st.st_ino) != node.ino || !S_ISREG(st.st_mode)) {
+  // An inode's number and type never change: the kernel's cached attributes tell them,
+  // with no GETATTR even where they expired (a drop just invalidated them).
+  struct ::statx st {};
+  if (::statx(fd.get(), "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO | STATX_TYPE, &st) != 0) {
+    return Status::FromErrno(errno, "statx for a lease");
+  }
+  if (static_cast<uint64_t>(st.stx_ino) != node.ino || !S_ISREG(st.stx_mode)) {
     return Status::Stale(fmt::format("'{}' is no longer node {}", relative, node.nodeid));
   }
   if (::fcntl(fd.get(), F_SETLEASE, F_RDLCK) != 0) {

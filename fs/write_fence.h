@@ -54,6 +54,10 @@ class WriteFence {
    public:
     Held() = default;
     explicit Held(UniqueFd lease) : lease_(std::move(lease)) {}
+    // The leased file, opened through the mount ("notify" mode); -1 in "open" mode. Its
+    // pages can be dropped through it (posix_fadvise) without a notification that also
+    // drops the kernel's attributes.
+    int fd() const { return lease_.get(); }
 
    private:
     UniqueFd lease_;  // closing the fd ends the lease
