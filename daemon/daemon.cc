@@ -28,7 +28,7 @@
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
-#include "fs/page_cache_pusher.h"
+#include "kernel_cache/page_cache_pusher.h"
 #include "fs/parallel_dirops.h"
 #include "daemon/memory_limit.h"
 #include "daemon/metrics.h"
@@ -219,7 +219,7 @@ MountCounters Daemon::GatherCounters() const {
   c.ssd_write_queue_bytes = memory.write_queue;
   c.ssd_budget_bytes = options.disk_budget;
   c.fs = fs_.get();
-  c.activity = activity_.get();
+  c.kernel_cache = kernel_cache_.get();
   c.inodes = fs.inode_count();
   if (const fs::MetadataWarmup* warmup = fs.warmup()) {
     c.metadata_warmup = warmup->walking();
@@ -227,8 +227,6 @@ MountCounters Daemon::GatherCounters() const {
   }
   c.metadata_pins = fs.inodes().pins();
   c.watcher = watcher_.get();
-  c.pusher = pusher_.get();
-  c.access = activity_ ? activity_->access_watcher() : nullptr;
   if (const prefetch::Prefetcher* prefetcher = fs.prefetcher()) {
     c.prefetch = prefetcher->Stats();
     c.prefetch_threads = options.prefetch_threads;
@@ -353,22 +351,20 @@ Status Daemon::BuildCache() {
         options.prefetch_threads, std::max<uint32_t>(32, 8 * options.prefetch_threads));
     cache_options.demand_observer = pacer_.get();
   }
-  // Readahead's bytes move on into the kernel's page cache, charged to the RAM tier
-  // (fs/page_cache_pusher.h). The pusher is attached once the session exists.
-  if (options.page_cache_push && options.prefetch_threads > 0) {
-    // Under a memory limit (a container, a job's cgroup) the bytes move into the kernel,
-    // charged to --ram, and are dropped as the epoch policy lets them go: the kernel's
-    // LRU would otherwise thrash the limit, and two copies would not fit. With none, the
-    // kernel gets a copy it keeps or reclaims as any page a read brings.
-    const bool limited = MemoryLimitOfThisProcess().has_value();
-    pusher_ = std::make_shared<fs::PageCachePusher>(/*one_copy=*/limited);
+  // Readahead's bytes move on into the kernel's page cache (kernel_cache/kernel_cache.h).
+  // Under a memory limit (a container, a job's cgroup) the bytes move into the kernel,
+  // charged to --ram, and are dropped as the epoch policy lets them go: the kernel's LRU
+  // would otherwise thrash the limit, and two copies would not fit. With none, the
+  // kernel gets a copy it keeps or reclaims as any page a read brings.
+  const bool push = options.page_cache_push && options.prefetch_threads > 0;
+  const bool limited = MemoryLimitOfThisProcess().has_value();
+  kernel_cache_ = std::make_unique<kernel_cache::KernelCache>(push, /*one_copy=*/limited);
+  if (push) {
     spdlog::info("pushing readahead into the page cache: {}",
                  limited ? "moved, charged to --ram, dropped as the RAM policy lets them go "
                            "(a memory limit applies)"
                          : "copied, the kernel's to keep (no memory limit)");
-    cache_options.drop_kernel_pages = [pusher = pusher_](uint64_t dev, uint64_t ino) {
-      pusher->DropLater(dev, ino);
-    };
+    cache_options.drop_kernel_pages = kernel_cache_->drop_callback();
   }
   ram_policy_ = prefetch::Prefetcher::NewPolicy(memory_.ram_tier);
   cache_options.ram_policy_override = ram_policy_;
@@ -399,7 +395,7 @@ Status Daemon::BuildPrefetcher() {
   prefetch_options.ram_budget = memory_.ram_tier;
   prefetch_options.file_table_bytes = memory_.file_table;
   prefetch_options.chunk_size = options.chunk_size;
-  prefetch_options.push_to_kernel = pusher_ != nullptr;
+  prefetch_options.push_to_kernel = kernel_cache_->pushing();
   prefetch_options.ssd_budget = options.disk_budget;
   prefetcher_ = prefetch::Prefetcher::Create(std::move(prefetch_options), *source_tree_,
                                              cache_.get(), ram_policy_);
@@ -421,9 +417,8 @@ Status Daemon::BuildFilesystem() {
   if (!fs.ok()) return fs.status();
   fs_ = std::move(*fs);
   // What the kernel does with the files goes to readahead and pushing through one
-  // observer (fs/kernel_activity.h); the access watcher and the pusher join it later.
-  activity_ = std::make_unique<fs::KernelActivity>(*fs_, prefetcher_.get());
-  fs_->SetObserver(activity_.get());
+  // observer (kernel_cache/kernel_cache.h).
+  fs_->SetObserver(&kernel_cache_->Observe(*fs_, prefetcher_.get()));
   plan_file_ = std::make_unique<PlanFile>(fs_.get(), prefetcher_.get(),
                                           prefetch::PlanParserOptions{.max_bytes = memory_.plan},
                                           PlanResolveBudget());
@@ -500,19 +495,12 @@ Status Daemon::BuildSession() {
   core_options.kernel_asks_to_open = options.consistency == Consistency::kOpen;
   core_ = std::make_unique<fs::Filesystem>(*fs_, *control_, core_options);
   ctx_.fs = core_.get();
-  ctx_.readdirplus_always = pusher_ != nullptr;
+  ctx_.readdirplus_always = kernel_cache_->pushing();
   // The watcher and the invalidator need the session, which needs the core: the one
   // link made after construction (Filesystem::AttachKernel).
   core_->AttachKernel(watcher_.get(), invalidator_.get());
   detach_kernel_.Set([this] { core_->AttachKernel(nullptr, nullptr); });
-  if (pusher_) {
-    detach_pusher_.Set([this] {
-      if (listing_) listing_->Stop();
-      prefetcher_->AttachKernelPages(nullptr);
-      activity_->SetPusher(nullptr);
-      pusher_->Detach();
-    });
-  }
+  stop_kernel_cache_.Set([this] { kernel_cache_->Stop(); });
 
   spdlog::info("consistency mode {} ({})", ConsistencyName(options.consistency), why);
   return Status::Ok();
@@ -537,58 +525,16 @@ Status Daemon::StartMetrics() {
 }
 
 void Daemon::StartPushing() {
-  if (!pusher_) return;
-  // Pushed files are read with no READ: the prefetcher must see their opens some other
-  // way. In "open" mode every open of a file reaches the daemon as an OPEN, which is the
-  // access. In "notify" mode the kernel opens files alone, and a fanotify watcher
-  // reports the opens (fs/access_watcher.h). Its events cost every reader's open(); in
-  // "open" mode they would only repeat the OPENs (measured on GlusterFS: warm epochs
-  // 0.58-0.83x the Gluster client with it, 0.97-1.26x with no readahead at all).
-  if (options_.consistency == Consistency::kOpen) {
-    activity_->ReportOpensAsAccesses(true);
-  } else {
-    auto access = fs::AccessWatcher::Start(options_.mountpoint, *fs_, *prefetcher_);
-    if (!access.ok()) {
-      spdlog::warn("no pushing into the page cache: cannot see opens without fanotify ({})",
-                   access.status().ToString());
-      return;
-    }
-    access_watcher_ = std::move(*access);
-    activity_->SetAccessWatcher(access_watcher_.get());
-    detach_access_.Set([this] { activity_->SetAccessWatcher(nullptr); });
-  }
-  // Which files the kernel holds whole (fs/inode_table.h, residency). Under a memory
-  // limit only pushed files count, within the most the RAM tier that pays for them can
-  // hold (its budget moves up to --ram: daemon/ram_balancer.h; a file whose pages it lets
-  // go of is no longer believed held, fs/page_cache_pusher.cc).
-  // Without one the kernel keeps what READs and copies bring as long as memory lasts:
-  // believed for up to the machine's memory, since a READ of a file it reclaimed ends
-  // the belief in that file. (Believed for --ram only, a data set larger than --ram
-  // that fits in memory would be pushed again, all but --ram of it, every epoch.)
-  const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
-                            static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const bool limited = pusher_->one_copy();
-  fs_->inodes().SetKernelResidency(limited ? options_.ram_budget : std::max(options_.ram_budget, physical),
-                                   /*count_reads=*/!limited);
-  // Writers through the mount are held off a file while its pages are stored or dropped
-  // (fs/write_fence.h): by the node's open lock in "open" mode, by a read lease taken
-  // through the mount in "notify" mode.
-  write_fence_ = std::make_unique<fs::WriteFence>(
-      options_.consistency == Consistency::kOpen ? std::filesystem::path()
-                                                 : options_.mountpoint);
-  pusher_->Attach(session_.get(), fs_->inodes(), *cache_, *invalidator_, *write_fence_);
-  prefetcher_->AttachKernelPages(pusher_.get());
-  activity_->SetPusher(pusher_.get());
-  // After a restart: a reader that never lists (it opens files by path from a list of
-  // its own) gives the kernel no inode to push into before each open. The recorded
-  // folders are listed for it, up to as many files as the RAM tier could hold at once
-  // (a kernel entry is charged a page at least; its budget moves up to --ram:
-  // daemon/ram_balancer.h), and 100,000 in any case.
-  if (std::vector<std::string> paths = prefetcher_->KnownPaths(); !paths.empty()) {
-    listing_ = std::make_unique<fs::KernelListing>(
-        options_.mountpoint, fs::KernelListing::FoldersOf(paths),
-        std::max<uint64_t>(100'000, options_.ram_budget / 4096));
-  }
+  kernel_cache::KernelCache::Mount mount;
+  mount.mountpoint = options_.mountpoint;
+  mount.open_mode = options_.consistency == Consistency::kOpen;
+  mount.session = session_.get();
+  mount.fs = fs_.get();
+  mount.cache = cache_.get();
+  mount.invalidator = invalidator_.get();
+  mount.prefetcher = prefetcher_.get();
+  mount.ram_budget = options_.ram_budget;
+  kernel_cache_->Start(mount);
 }
 
 void Daemon::StartIsattyGuard() {

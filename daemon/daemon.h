@@ -36,17 +36,18 @@
 #include "daemon/options.h"
 #include "daemon/service_notify.h"
 #include "daemon/stats_socket.h"
-#include "fs/access_watcher.h"
+#include "kernel_cache/access_watcher.h"
 #include "fs/change_watcher.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
-#include "fs/kernel_activity.h"
-#include "fs/kernel_listing.h"
+#include "kernel_cache/kernel_activity.h"
+#include "kernel_cache/kernel_listing.h"
 #include "nlohmann/json.hpp"
-#include "fs/page_cache_pusher.h"
+#include "kernel_cache/page_cache_pusher.h"
 #include "fs/plan_file.h"
 #include "fs/root_source_tree.h"
+#include "kernel_cache/kernel_cache.h"
 #include "fs/source_fs.h"
 #include "prefetcher/prefetcher.h"
 #include "prefetcher/source_pacer.h"
@@ -137,8 +138,7 @@ class Daemon {
   void StartStatsSocket();
   // Once mounted: TCGETS on the mount's files answered in the kernel, where it can be.
   void StartIsattyGuard();
-  // Once mounted: the access watcher, then pushing pages (both or neither: pushed
-  // pages that nobody sees read would hold the RAM budget for good).
+  // Once mounted: the kernel cache's pushing (KernelCache::Start).
   void StartPushing();
 
   MountOptions options_;  // as resolved here (disk budget, consistency)
@@ -157,11 +157,6 @@ class Daemon {
   std::shared_ptr<prefetch::SourcePacer> pacer_;
   // The prefetcher's epoch-aware policy ranks the RAM tier; shared by both.
   std::shared_ptr<cache::EvictionPolicy> ram_policy_;
-  // Moves readahead's bytes into the kernel's page cache; shared with the cache, which
-  // asks it to drop them (CacheOptions::drop_kernel_pages). Null with pushing off.
-  // Before the pusher, which uses it until it is detached.
-  std::unique_ptr<fs::WriteFence> write_fence_;
-  std::shared_ptr<fs::PageCachePusher> pusher_;
   std::unique_ptr<cache::Cache> cache_;
   // Flushes the cache once nothing feeds it any more.
   ShutdownStep flush_cache_;
@@ -171,8 +166,6 @@ class Daemon {
   std::unique_ptr<MemoryTrimmer> memory_trimmer_;
   std::unique_ptr<RamBalancer> ram_balancer_;
   std::unique_ptr<fs::SourceFs> fs_;
-  // SourceFs's observer (fs/kernel_activity.h); the watcher and the pusher join it later.
-  std::unique_ptr<fs::KernelActivity> activity_;
   std::unique_ptr<fs::PlanFile> plan_file_;
   fs::FuseContext ctx_;
   std::unique_ptr<fs::ControlDir> control_;
@@ -180,25 +173,20 @@ class Daemon {
   // known, which is after the session is (the watcher notifies through it); declared
   // before the session all the same, so that it outlives it.
   std::unique_ptr<fs::Filesystem> core_;
-  // After a restart, lists the recorded folders through the mount so that pushes can
-  // start before a reader that never lists opens the files (fs/kernel_listing.h).
-  // Stopped with the pushing, destroyed after the session: a READDIRPLUS of its own in
-  // flight then ends with the connection.
-  std::unique_ptr<fs::KernelListing> listing_;
   FuseSession session_;
   std::unique_ptr<fs::KernelInvalidator> invalidator_;
   // Notifies through the session: stopped before it.
   std::unique_ptr<fs::ChangeWatcher> watcher_;
-  // Opens seen through fanotify (fs/access_watcher.h): with pushed pages, most reads
-  // reach the daemon no more. Started once the mount answers, with the pushing, in
-  // "notify" mode only ("open" mode sees every open as an OPEN).
-  std::unique_ptr<fs::AccessWatcher> access_watcher_;
-  ShutdownStep detach_access_;
+  // The kernel's copy of file data (kernel_cache/kernel_cache.h): made before the cache
+  // (which drops through it), observing SourceFs, started once the mount answers.
+  // Destroyed after the connection ended: its listing thread may wait in a READDIRPLUS
+  // through the mount, which then fails.
+  std::unique_ptr<kernel_cache::KernelCache> kernel_cache_;
   // Filesystem::AttachKernel's undo: the filesystem lets go of the watcher and the
   // invalidator before they are destroyed.
   ShutdownStep detach_kernel_;
   // Pushing stops (and a push in flight ends) before the session and the inode table go.
-  ShutdownStep detach_pusher_;
+  ShutdownStep stop_kernel_cache_;
   // The connection ends first: a push or a drop may be opening a file through the mount
   // (fs/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
   // stopped (a signal); closing the connection fails that request, and the push ends.

@@ -5,11 +5,9 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "kernel_cache/kernel_cache.h"
 #include "fs/change_watcher.h"
-#include "fs/access_watcher.h"
-#include "fs/kernel_activity.h"
 #include "fs/source_fs.h"
-#include "fs/page_cache_pusher.h"
 #include "fs/fuse_ops.h"
 
 namespace epochfs::daemon {
@@ -172,7 +170,6 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "SSD tier", .label = "budget", .unit = kBytes}),
         ssd_budget_bytes);
   fs::SourceFs::VisitCounters(fs, visit);
-  fs::KernelActivity::VisitCounters(activity, visit);
   visit(
       CounterInfo{"inodes", "Nodes the kernel holds references to.", kGauge, "epochfs_inodes"}.Show(
           {.row = "daemon", .label = "inodes"}),
@@ -190,8 +187,7 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
             .Show({.row = "metadata warm-up", .label = "held", .quiet = true}),
         metadata_pins);
   fs::ChangeWatcher::VisitCounters(watcher, visit);
-  fs::PageCachePusher::VisitCounters(pusher, visit);
-  fs::AccessWatcher::VisitCounters(access, visit);
+  kernel_cache::KernelCache::VisitCounters(kernel_cache, visit);
   if (prefetch) {
     prefetch->VisitCounters(visit);
     visit(CounterInfo{"prefetch_threads", "Readahead threads (--prefetch).", kGauge}.Show(

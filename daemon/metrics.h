@@ -24,12 +24,12 @@
 
 namespace epochfs::fs {
 class ChangeWatcher;
-class PageCachePusher;
-class AccessWatcher;
-class KernelActivity;
 class SourceFs;
 class RequestCounters;
 }  // namespace epochfs::fs
+namespace epochfs::kernel_cache {
+class KernelCache;
+}  // namespace epochfs::kernel_cache
 
 namespace epochfs::daemon {
 
@@ -50,13 +50,11 @@ struct MountCounters {
   uint64_t ssd_write_queue_bytes = 0;  // the part of --ram for chunks on their way to SSD
   uint64_t ssd_budget_bytes = 0;       // --disk
   const fs::SourceFs* fs = nullptr;              // null: its counts 0
-  const fs::KernelActivity* activity = nullptr;  // null: its counts 0
   uint64_t inodes = 0;
   bool metadata_warmup = false;  // the warm-up is opening recorded files now
   uint64_t metadata_warmed = 0, metadata_pins = 0;
   const fs::ChangeWatcher* watcher = nullptr;  // null: not in notify mode, every count 0
-  const fs::PageCachePusher* pusher = nullptr;  // null: pushing off, every count 0
-  const fs::AccessWatcher* access = nullptr;    // null: none running, every count 0
+  const kernel_cache::KernelCache* kernel_cache = nullptr;  // null: every count 0
   // Without a prefetcher the snapshot has none of its keys (nor the four below).
   std::optional<prefetch::PrefetcherStats> prefetch;
   uint64_t prefetch_threads = 0, prefetch_iops_limit = 0, prefetch_bandwidth_limit = 0;

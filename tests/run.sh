@@ -60,4 +60,4 @@ CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug
   "-DCMAKE_CXX_FLAGS=-Wthread-safety -Werror=thread-safety" \
   -DEPOCHFS_LOADER_CUDA=OFF >/dev/null
 cmake --build build-clang -j 2 --target epochfs_base epochfs_cache epochfs_cache_testing \
-  epochfs_prefetcher epochfs_fs epochfs_daemon epochfs_cli epochfs_loader
+  epochfs_prefetcher epochfs_fs epochfs_kernel_cache epochfs_daemon epochfs_cli epochfs_loader

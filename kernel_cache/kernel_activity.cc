@@ -1,12 +1,12 @@
-#include "fs/kernel_activity.h"
+#include "kernel_cache/kernel_activity.h"
 
-#include "fs/access_watcher.h"
-#include "fs/page_cache_pusher.h"
+#include "kernel_cache/access_watcher.h"
+#include "kernel_cache/page_cache_pusher.h"
 #include "fs/source_fs.h"
 
-namespace epochfs::fs {
+namespace epochfs::kernel_cache {
 
-KernelActivity::KernelActivity(const SourceFs& fs, prefetch::Prefetcher* prefetcher)
+KernelActivity::KernelActivity(const fs::SourceFs& fs, prefetch::Prefetcher* prefetcher)
     : fs_(fs), prefetcher_(prefetcher) {}
 
 void KernelActivity::SetAccessWatcher(AccessWatcher* access) {
@@ -14,11 +14,11 @@ void KernelActivity::SetAccessWatcher(AccessWatcher* access) {
   if (access) access->Watch(*fs_.inodes().root());
 }
 
-void KernelActivity::DirectoryKnown(const Inode& dir) {
+void KernelActivity::DirectoryKnown(const fs::Inode& dir) {
   if (AccessWatcher* access = access_.load()) access->Watch(dir);
 }
 
-void KernelActivity::DirectoryForgotten(const Inode& dir) {
+void KernelActivity::DirectoryForgotten(const fs::Inode& dir) {
   if (AccessWatcher* access = access_.load()) access->Forgotten(dir.nodeid);
 }
 
@@ -26,7 +26,7 @@ void KernelActivity::FilesListed(const std::vector<prefetch::Prefetcher::Opened>
   if (prefetcher_ != nullptr) prefetcher_->OnListed(files);
 }
 
-void KernelActivity::BeforeReadOnlyOpen(Inode& node) {
+void KernelActivity::BeforeReadOnlyOpen(fs::Inode& node) {
   // A file read ahead into RAM whose push found no inode in the kernel (a reader that
   // opens by path, never listing: the kernel learns each inode from the LOOKUP right
   // before its open). Pushed now, the open finds the kernel holding it and only checks
@@ -47,12 +47,12 @@ void KernelActivity::BeforeReadOnlyOpen(Inode& node) {
   }
 }
 
-void KernelActivity::ReadOnlyOpened(const Inode& node) {
+void KernelActivity::ReadOnlyOpened(const fs::Inode& node) {
   if (prefetcher_ == nullptr || !opens_are_accesses_.load(std::memory_order_relaxed)) return;
   prefetcher_->OnRead(prefetch::FileKey{node.dev, node.ino}, fs_.RelativePath(node), 0);
 }
 
-void KernelActivity::DemandRead(const Inode& node, uint64_t offset) {
+void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
   // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
   // (it would count twice), unless the watcher is paused.
   if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
@@ -63,7 +63,7 @@ void KernelActivity::DemandRead(const Inode& node, uint64_t offset) {
                       offset == 0 ? fs_.RelativePath(node) : std::string(), offset);
 }
 
-void KernelActivity::WholeRead(Inode& node, const cache::SourceIdentity& file) {
+void KernelActivity::WholeRead(fs::Inode& node, const cache::SourceIdentity& file) {
   if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(node, file);
 }
 
@@ -79,4 +79,4 @@ void KernelActivity::VisitCounters(const KernelActivity* activity, const Counter
         pushes);
 }
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

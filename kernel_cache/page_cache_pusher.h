@@ -53,10 +53,10 @@
 #include "cache/cache.h"
 #include "fs/change_watcher.h"
 #include "fs/inode_table.h"
-#include "fs/write_fence.h"
+#include "kernel_cache/write_fence.h"
 #include "prefetcher/kernel_pages.h"
 
-namespace epochfs::fs {
+namespace epochfs::kernel_cache {
 
 class PageCachePusher final : public prefetch::KernelPages {
  public:
@@ -78,8 +78,8 @@ class PageCachePusher final : public prefetch::KernelPages {
   // `cache`; `invalidator` drops pages found stale after a push; `fence` keeps writers
   // through the mount out of a file while its pages are stored or dropped. All outlive
   // Detach().
-  void Attach(struct fuse_session* session, InodeTable& inodes, cache::Cache& cache,
-              Invalidator& invalidator, WriteFence& fence);
+  void Attach(struct fuse_session* session, fs::InodeTable& inodes, cache::Cache& cache,
+              fs::Invalidator& invalidator, WriteFence& fence);
   // No more pushes or drops; returns once the pushes in flight are done. Call before
   // the session ends. Idempotent.
   void Detach();
@@ -102,7 +102,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   // to the kernel's LRU they would push out pushed pages not yet read, which are older:
   // measured, 38% of the pushes of a steady epoch under a limit were lost that way.
   // Called inside the READ request: queues, never notifies the kernel itself.
-  void AfterWholeRead(Inode& node, const cache::SourceIdentity& file);
+  void AfterWholeRead(fs::Inode& node, const cache::SourceIdentity& file);
 
   struct Stats {
     uint64_t pushed_files = 0;
@@ -123,16 +123,16 @@ class PageCachePusher final : public prefetch::KernelPages {
  private:
   void RunDrops();
   // Whether `node` is a file the kernel may get `file`'s bytes for; under open_order.
-  bool MayStore(Inode& node, const cache::SourceIdentity& file,
-                const InodeTable::Observation& seen);
-  Result<cache::SourceIdentity> StatNow(const Inode& node) const;
+  bool MayStore(fs::Inode& node, const cache::SourceIdentity& file,
+                const fs::InodeTable::Observation& seen);
+  Result<cache::SourceIdentity> StatNow(const fs::Inode& node) const;
 
   // Held shared by each push and exclusively by Attach/Detach.
   mutable std::shared_mutex attach_mu_;
   struct fuse_session* session_ = nullptr;
-  InodeTable* inodes_ = nullptr;
+  fs::InodeTable* inodes_ = nullptr;
   cache::Cache* cache_ = nullptr;
-  Invalidator* invalidator_ = nullptr;
+  fs::Invalidator* invalidator_ = nullptr;
   WriteFence* fence_ = nullptr;
 
   const bool one_copy_;
@@ -155,4 +155,4 @@ class PageCachePusher final : public prefetch::KernelPages {
   std::thread drop_thread_;
 };
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

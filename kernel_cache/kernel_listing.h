@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-namespace epochfs::fs {
+namespace epochfs::kernel_cache {
 
 class KernelListing {
  public:
@@ -59,4 +59,4 @@ class KernelListing {
   std::thread thread_;  // last: started when everything above is ready
 };
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

@@ -24,15 +24,18 @@
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::fs {
+class SourceFs;
+}  // namespace epochfs::fs
+
+namespace epochfs::kernel_cache {
 
 class AccessWatcher;
 class PageCachePusher;
-class SourceFs;
 
-class KernelActivity final : public SourceObserver {
+class KernelActivity final : public fs::SourceObserver {
  public:
   // `fs` and `prefetcher` (may be null: no readahead) outlive this object.
-  KernelActivity(const SourceFs& fs, prefetch::Prefetcher* prefetcher);
+  KernelActivity(const fs::SourceFs& fs, prefetch::Prefetcher* prefetcher);
 
   // From now on opens are reported by `access` (which marks every directory looked up
   // from now on, and the root now), not READs; null: READs again.
@@ -44,19 +47,19 @@ class KernelActivity final : public SourceObserver {
   void SetPusher(PageCachePusher* pusher) { pusher_.store(pusher); }
 
   // SourceObserver
-  void DirectoryKnown(const Inode& dir) override;
-  void DirectoryForgotten(const Inode& dir) override;
+  void DirectoryKnown(const fs::Inode& dir) override;
+  void DirectoryForgotten(const fs::Inode& dir) override;
   void FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) override;
-  void BeforeReadOnlyOpen(Inode& node) override;
-  void ReadOnlyOpened(const Inode& node) override;
-  void DemandRead(const Inode& node, uint64_t offset) override;
-  void WholeRead(Inode& node, const cache::SourceIdentity& file) override;
+  void BeforeReadOnlyOpen(fs::Inode& node) override;
+  void ReadOnlyOpened(const fs::Inode& node) override;
+  void DemandRead(const fs::Inode& node, uint64_t offset) override;
+  void WholeRead(fs::Inode& node, const cache::SourceIdentity& file) override;
 
   // Names the counters (base/counters.h); `activity` may be null: they are then 0.
   static void VisitCounters(const KernelActivity* activity, const CounterVisitor& visit);
 
  private:
-  const SourceFs& fs_;
+  const fs::SourceFs& fs_;
   prefetch::Prefetcher* const prefetcher_;
   std::atomic<AccessWatcher*> access_{nullptr};
   std::atomic<PageCachePusher*> pusher_{nullptr};
@@ -64,4 +67,4 @@ class KernelActivity final : public SourceObserver {
   std::atomic<uint64_t> pushes_at_open_{0};
 };
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

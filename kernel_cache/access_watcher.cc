@@ -1,4 +1,4 @@
-#include "fs/access_watcher.h"
+#include "kernel_cache/access_watcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,10 +12,10 @@
 #include "fs/source_fs.h"
 #include "spdlog/spdlog.h"
 
-namespace epochfs::fs {
+namespace epochfs::kernel_cache {
 
 Result<std::unique_ptr<AccessWatcher>> AccessWatcher::Start(std::filesystem::path mountpoint,
-                                                            const SourceFs& fs,
+                                                            const fs::SourceFs& fs,
                                                             prefetch::Prefetcher& prefetcher) {
   UniqueFd fan(::fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID,
                                O_RDONLY | O_CLOEXEC));
@@ -27,7 +27,7 @@ Result<std::unique_ptr<AccessWatcher>> AccessWatcher::Start(std::filesystem::pat
 }
 
 AccessWatcher::AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd,
-                             UniqueFd wake_fd, const SourceFs& fs,
+                             UniqueFd wake_fd, const fs::SourceFs& fs,
                              prefetch::Prefetcher& prefetcher)
     : mountpoint_(std::move(mountpoint)),
       fanotify_fd_(std::move(fanotify_fd)),
@@ -46,7 +46,7 @@ AccessWatcher::~AccessWatcher() {
   thread_.join();
 }
 
-void AccessWatcher::Watch(const Inode& dir) {
+void AccessWatcher::Watch(const fs::Inode& dir) {
   {
     MutexLock lock(mu_);
     if (!marked_.insert(dir.nodeid).second) return;
@@ -150,9 +150,9 @@ void AccessWatcher::MarkQueued() {
     queued.swap(queued_);
   }
   for (uint64_t nodeid : queued) {
-    std::shared_ptr<Inode> dir = fs_.inodes().Find(nodeid);
+    std::shared_ptr<fs::Inode> dir = fs_.inodes().Find(nodeid);
     if (!dir) continue;  // forgotten meanwhile
-    const std::string relative = nodeid == kRootNodeId ? std::string() : fs_.RelativePath(*dir);
+    const std::string relative = nodeid == fs::kRootNodeId ? std::string() : fs_.RelativePath(*dir);
     const std::filesystem::path path = relative.empty() ? mountpoint_ : mountpoint_ / relative;
     // Resolving the path may send LOOKUPs to this daemon: fine, from this thread.
     int marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR | evictable_,
@@ -205,7 +205,7 @@ void AccessWatcher::ReadEvents() {
       uint32_t words[2];
       std::memcpy(words, handle->f_handle, sizeof(words));
       const uint64_t nodeid = (uint64_t{words[0]} << 32) | words[1];
-      std::shared_ptr<Inode> inode = fs_.inodes().Find(nodeid);
+      std::shared_ptr<fs::Inode> inode = fs_.inodes().Find(nodeid);
       if (!inode || inode->is_dir) continue;  // a control file, or forgotten already
       opens_.fetch_add(1, std::memory_order_relaxed);
       opened.push_back({prefetch::FileKey{inode->dev, inode->ino}, fs_.RelativePath(*inode)});
@@ -245,4 +245,4 @@ void AccessWatcher::VisitCounters(const AccessWatcher* watcher, const CounterVis
         paused);
 }
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

@@ -1,4 +1,4 @@
-#include "fs/kernel_listing.h"
+#include "kernel_cache/kernel_listing.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include "base/unique_fd.h"
 #include "spdlog/spdlog.h"
 
-namespace epochfs::fs {
+namespace epochfs::kernel_cache {
 
 KernelListing::KernelListing(std::filesystem::path mountpoint, std::vector<std::string> folders,
                              uint64_t max_entries)
@@ -67,4 +67,4 @@ void KernelListing::Run() {
                listed, entries);
 }
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

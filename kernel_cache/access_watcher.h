@@ -50,21 +50,24 @@
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::fs {
-
 class SourceFs;
+}  // namespace epochfs::fs
+
+namespace epochfs::kernel_cache {
+
 
 class AccessWatcher {
  public:
   // Starts the thread. `fs` (for node ids and paths) and `prefetcher` outlive it.
   static Result<std::unique_ptr<AccessWatcher>> Start(std::filesystem::path mountpoint,
-                                                      const SourceFs& fs,
+                                                      const fs::SourceFs& fs,
                                                       prefetch::Prefetcher& prefetcher);
   ~AccessWatcher();
   AccessWatcher(const AccessWatcher&) = delete;
   AccessWatcher& operator=(const AccessWatcher&) = delete;
 
   // Marks directory node `dir` (once; queued for the thread).
-  void Watch(const Inode& dir);
+  void Watch(const fs::Inode& dir);
   // The kernel forgot directory node `nodeid` (its mark went with its inode).
   void Forgotten(uint64_t nodeid);
   // A READ of a file reached the daemon. Returns whether opens are not being seen now
@@ -78,7 +81,7 @@ class AccessWatcher {
 
  private:
   AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd, UniqueFd wake_fd,
-                const SourceFs& fs, prefetch::Prefetcher& prefetcher);
+                const fs::SourceFs& fs, prefetch::Prefetcher& prefetcher);
   void Run();
   void MarkQueued();
   void ReadEvents();
@@ -88,7 +91,7 @@ class AccessWatcher {
   const std::filesystem::path mountpoint_;
   UniqueFd fanotify_fd_;
   UniqueFd wake_fd_;  // eventfd: something queued, or stop
-  const SourceFs& fs_;
+  const fs::SourceFs& fs_;
   prefetch::Prefetcher& prefetcher_;
 
   Mutex mu_;
@@ -113,4 +116,4 @@ class AccessWatcher {
   std::thread thread_;
 };
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache

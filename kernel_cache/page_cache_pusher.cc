@@ -1,4 +1,4 @@
-#include "fs/page_cache_pusher.h"
+#include "kernel_cache/page_cache_pusher.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
-namespace epochfs::fs {
+namespace epochfs::kernel_cache {
 
 namespace {
 // How long after the READ that completed a file its pages are dropped: long enough for
@@ -34,8 +34,8 @@ PageCachePusher::~PageCachePusher() {
   drop_thread_.join();
 }
 
-void PageCachePusher::Attach(struct fuse_session* session, InodeTable& inodes,
-                             cache::Cache& cache, Invalidator& invalidator, WriteFence& fence) {
+void PageCachePusher::Attach(struct fuse_session* session, fs::InodeTable& inodes,
+                             cache::Cache& cache, fs::Invalidator& invalidator, WriteFence& fence) {
   std::unique_lock attached(attach_mu_);
   session_ = session;
   inodes_ = &inodes;
@@ -53,33 +53,33 @@ void PageCachePusher::Detach() {
   fence_ = nullptr;
 }
 
-Result<cache::SourceIdentity> PageCachePusher::StatNow(const Inode& node) const {
+Result<cache::SourceIdentity> PageCachePusher::StatNow(const fs::Inode& node) const {
   Result<struct ::stat> st = Status::Stale("no parent");
   if (node.path_fd) {
     st = cache::StatForIdentity(node.path_fd.get());
-  } else if (const Location loc = inodes_->LocationOf(node); loc.parent) {
+  } else if (const fs::Location loc = inodes_->LocationOf(node); loc.parent) {
     st = cache::StatForIdentity(loc.dir_fd(), loc.name.c_str(), AT_SYMLINK_NOFOLLOW);
   }
   if (!st.ok()) return st.status();
   return cache::SourceIdentity::FromStat(*st);
 }
 
-bool PageCachePusher::MayStore(Inode& node, const cache::SourceIdentity& file,
-                               const InodeTable::Observation& seen) {
+bool PageCachePusher::MayStore(fs::Inode& node, const cache::SourceIdentity& file,
+                               const fs::InodeTable::Observation& seen) {
   if (seen.during_change) return false;  // a write through the mount is under way
   // A relookup's reply may be on its way: a drop now would make the kernel discard it.
   if (inodes_->RelookupPending(node)) return false;
-  if (cache::WallClockNs() < InodeTable::RacilyCleanUntil(file)) return false;
+  if (cache::WallClockNs() < fs::InodeTable::RacilyCleanUntil(file)) return false;
   Result<cache::SourceIdentity> now = StatNow(node);
   if (!now.ok() || !(*now == file)) return false;
   // The kernel must believe this size already: a store past its i_size would extend it.
   if (!inodes_->KernelAttrsShow(node, file, seen)) return false;
   switch (inodes_->SwapKernelCacheId(node, file, seen)) {
-    case InodeTable::CacheMatch::kSame:
-    case InodeTable::CacheMatch::kUnknown:
+    case fs::InodeTable::CacheMatch::kSame:
+    case fs::InodeTable::CacheMatch::kUnknown:
       return true;
-    case InodeTable::CacheMatch::kChanged:
-    case InodeTable::CacheMatch::kRecent:
+    case fs::InodeTable::CacheMatch::kChanged:
+    case fs::InodeTable::CacheMatch::kRecent:
       // The kernel's pages are of an older file: they go before these come (we are not
       // inside a request, so the kernel may be told here).
       invalidator_->InvalidateInode(node.nodeid);
@@ -92,7 +92,7 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
   using prefetch::PushResult;
   std::shared_lock attached(attach_mu_);
   if (session_ == nullptr) return PushResult::kRefused;
-  std::shared_ptr<Inode> node = inodes_->FindBySource(file.dev, file.ino);
+  std::shared_ptr<fs::Inode> node = inodes_->FindBySource(file.dev, file.ino);
   if (!node) {
     not_known_.fetch_add(1, std::memory_order_relaxed);
     return PushResult::kNotKnown;
@@ -121,7 +121,7 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
       refused_.fetch_add(1, std::memory_order_relaxed);
       return PushResult::kRefused;
     }
-    const InodeTable::Observation seen = InodeTable::Observe(*node);
+    const fs::InodeTable::Observation seen = fs::InodeTable::Observe(*node);
     if (!MayStore(*node, file, seen)) {
       refused_.fetch_add(1, std::memory_order_relaxed);
       return PushResult::kRefused;
@@ -144,7 +144,7 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     stored = one_copy_ ? cache_->MoveToKernel(file, store) : cache_->CopyToKernel(file, store);
     // Stat after store: a change the first check missed is caught here; a later one
     // reaches the watcher (or the next open) after the store, whose drop then follows it.
-    const InodeTable::Observation after = InodeTable::Observe(*node);
+    const fs::InodeTable::Observation after = fs::InodeTable::Observe(*node);
     Result<cache::SourceIdentity> now = StatNow(*node);
     if (after.during_change || after.changes_made != seen.changes_made || !now.ok() ||
         !(*now == file)) {
@@ -177,7 +177,7 @@ bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
 bool PageCachePusher::HoldsWhole(uint64_t dev, uint64_t ino) const {
   std::shared_lock attached(attach_mu_);
   if (inodes_ == nullptr) return false;
-  std::shared_ptr<Inode> node = inodes_->FindBySource(dev, ino);
+  std::shared_ptr<fs::Inode> node = inodes_->FindBySource(dev, ino);
   return node != nullptr && inodes_->KernelHoldsWhole(*node);
 }
 
@@ -191,7 +191,7 @@ void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
   drops_cv_.notify_one();
 }
 
-void PageCachePusher::AfterWholeRead(Inode& node, const cache::SourceIdentity& file) {
+void PageCachePusher::AfterWholeRead(fs::Inode& node, const cache::SourceIdentity& file) {
   if (!one_copy_ || node.is_dir) return;
   {
     std::shared_lock attached(attach_mu_);
@@ -257,7 +257,7 @@ void PageCachePusher::RunDrops() {
       continue;
     }
     for (const auto& [dev, ino] : batch) {
-      std::shared_ptr<Inode> node = inodes_->FindBySource(dev, ino);
+      std::shared_ptr<fs::Inode> node = inodes_->FindBySource(dev, ino);
       // A node the kernel forgot took its pages with it.
       if (!node || node->is_dir) continue;
       MutexLock order(node->open_order);
@@ -273,7 +273,7 @@ void PageCachePusher::RunDrops() {
       }
       // Without a fence for another reason (no lease, the name gone), the drop still goes:
       // pages held beyond --ram are a sure cost, a writer racing it an unlikely one.
-      InodeTable::NoteKernelDropped(*node);
+      fs::InodeTable::NoteKernelDropped(*node);
       // Through the lease's fd ("notify" mode) only the pages go: a notification would
       // drop the kernel's attributes too (FUSE does with any page range), and each
       // reader's next open or stat of the file would cost a GETATTR. A page the drop
@@ -350,4 +350,4 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
         s.reads_dropped);
 }
 
-}  // namespace epochfs::fs
+}  // namespace epochfs::kernel_cache
