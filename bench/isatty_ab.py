@@ -8,9 +8,13 @@ every file of a warm data set (everything in the page cache) with:
   * epochfs, unbuffered open (``buffering=0``: no isatty);
   * epochfs, buffered open (an unmodified script);
   * epochfs, buffered open with epochfs.hook's open (what ``epochfs run`` installs).
-Prints files/s per round and the median, with the daemon's ioctl count per epoch.
+Prints files/s per round and the median, with the daemon's ioctl count per epoch, and
+who answers isatty() on the mount (the kernel, where the isatty guard loads, or the
+daemon). The last row needs the loader's Python package built (build/loader/python).
 
     /usr/bin/python3 bench/isatty_ab.py        # ~1 minute here
+    # the isatty guard's effect, one binary: run once as above, once with
+    /usr/bin/python3 bench/isatty_ab.py --epochfs-arg=--isatty-guard=off
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ REPO = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.join(REPO, "build", "loader", "python"))  # epochfs.hook, as built
 from benchenv import unmount  # noqa: E402
-import epochfs.hook  # noqa: E402  (imported once here, installed in the readers after the fork)
+try:
+    import epochfs.hook  # noqa: E402  (imported once here, installed in the readers after the fork)
+except ImportError:  # a build without the loader (-DEPOCHFS_BUILD_LOADER=OFF): no hook row
+    epochfs = None
 
 PASSES = 5  # epochs per measurement: the readers' fork is not what is measured
 ROWS = ("tmpfs buffered", "epochfs unbuffered", "epochfs buffered", "epochfs buffered, epochfs run")
+if epochfs is None:
+    ROWS = ROWS[:-1]
 
 
 def reader(orders: list[list[str]], mode: str, conn) -> None:
@@ -114,8 +123,11 @@ def main() -> int:
         results = {row: [] for row in ROWS}
         ioctls = {row: [] for row in ROWS}
         cpu = {row: [] for row in ROWS}
-        pid = json.loads(subprocess.run([a.epochfs, "status", mnt, "--json"], capture_output=True,
-                                        text=True).stdout)["pid"]
+        status = json.loads(subprocess.run([a.epochfs, "status", mnt, "--json"], capture_output=True,
+                                           text=True).stdout)
+        pid = status["pid"]
+        # Who answers isatty() on the mount: the kernel (the isatty guard) or the daemon.
+        print(f"isatty: {status.get('isatty', '(not reported)')}", flush=True)
 
         def daemon_cpu_s() -> float:
             fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()

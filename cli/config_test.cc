@@ -33,6 +33,7 @@ page_cache_push = false
 read_only = true
 allow_other = true
 io_uring = false
+isatty_guard = "off"
 log_level = "debug"
 consistency = "open"
 attr_timeout = 5
@@ -62,6 +63,7 @@ metrics_textfile = "/var/lib/node_exporter/epochfs.prom"
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.allow_other);
   EXPECT_FALSE(o.use_io_uring);
+  EXPECT_FALSE(o.isatty_guard);
   EXPECT_EQ(o.log_level, "debug");
   EXPECT_EQ(o.consistency, Consistency::kOpen);
   EXPECT_DOUBLE_EQ(o.timeouts.attr_s, 5.0);

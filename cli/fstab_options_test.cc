@@ -105,6 +105,7 @@ TEST(FstabOptions, EveryValueOptionBecomesItsFlag) {
       {"consistency", "--consistency"},
       {"disk", "--disk"},
       {"entry_timeout", "--entry-timeout"},
+      {"isatty_guard", "--isatty-guard"},
       {"log_file", "--log-file"},
       {"log_level", "--log-level"},
       {"metrics_listen", "--metrics-listen"},

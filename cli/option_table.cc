@@ -192,6 +192,15 @@ std::vector<OptionRow> BuildTable() {
        .flag_turns_off = true,
        .help = "Read with pread instead of io_uring",
        .apply = [](const OptionValue& v, MountOptions& o) { o.use_io_uring = v.boolean; }},
+      {.flag = "--isatty-guard",
+       .toml_key = "isatty_guard",
+       .fstab_keys = {"isatty_guard"},
+       .type = kOneOf,
+       .choices = {"auto", "off"},
+       .help = "isatty() of the mount's files: auto answers it in the kernel where the BPF "
+               "LSM lets the daemon load its program, off sends each one to the daemon",
+       .help_default = "auto",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.isatty_guard = v.text != "off"; }},
       // The file cannot name another file; fstab can name one.
       {.flag = "--config",
        .fstab_keys = {"config"},

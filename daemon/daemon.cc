@@ -541,8 +541,10 @@ void Daemon::StartIsattyGuard() {
   const auto mount = VisibleMount(options_.mountpoint);
   unsigned major = 0, minor = 0;
   std::string state;
-  if (!mount || mount->fstype != kFsType ||
-      std::sscanf(mount->device.c_str(), "%u:%u", &major, &minor) != 2) {
+  if (!options_.isatty_guard) {
+    state = "daemon (--isatty-guard off; `epochfs run` avoids it for Python)";
+  } else if (!mount || mount->fstype != kFsType ||
+             std::sscanf(mount->device.c_str(), "%u:%u", &major, &minor) != 2) {
     state = "daemon (the mount's device number is unknown)";
   } else if (auto guard = IsattyGuard::Attach(major, minor); guard.ok()) {
     isatty_guard_ = std::move(*guard);

@@ -72,7 +72,7 @@ Result<std::unique_ptr<IsattyGuard>> IsattyGuard::Attach(uint32_t major, uint32_
 struct IsattyGuard::Loaded {};
 
 Result<std::unique_ptr<IsattyGuard>> IsattyGuard::Attach(uint32_t, uint32_t) {
-  return Status::Unsupported("built without libbpf, clang and bpftool");
+  return Status::Unsupported("not built (no clang, bpftool or libbpf-dev when epochfs was built)");
 }
 
 #endif

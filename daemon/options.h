@@ -58,6 +58,9 @@ struct MountOptions {
   bool prefetch_pacing = true;  // pace readahead by its source latency (source_pacer.h)
   // Move readahead's bytes into the kernel's page cache (fs/page_cache_pusher.h).
   bool page_cache_push = true;
+  // Answer isatty() of the mount's files in the kernel where the BPF LSM lets the daemon
+  // (daemon/isatty_guard.h); false sends each one to the daemon, as on other kernels.
+  bool isatty_guard = true;
 
   // Observability (daemon/metrics.h): Prometheus text exposition, both off by default.
   std::string metrics_listen;             // "HOST:PORT"; loopback only unless allowed

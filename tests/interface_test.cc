@@ -117,6 +117,7 @@ const std::vector<std::string> kMountEntries = {
     "--consistency",
     "--disk",
     "--entry-timeout",
+    "--isatty-guard",
     "--log-file",
     "--log-level",
     "--metrics-allow-remote",
@@ -149,7 +150,7 @@ const std::vector<CommandInterface> kCommandLine = {
      "epochfs mount [OPTIONS] [SOURCE] [MOUNTPOINT]",
      kMountEntries,
      {"--attr-timeout=60", "--chunk-size=1M", "--consistency=auto", "--entry-timeout=60",
-      "--log-level=info", "--prefetch=4", "--ram=1G", "--readahead=1M", "--threads=16"}},
+      "--isatty-guard=auto", "--log-level=info", "--prefetch=4", "--ram=1G", "--readahead=1M", "--threads=16"}},
     {{"python-hook"},
      "epochfs python-hook [OPTIONS] ACTION",
      {"--dir", "--python", "--user", "-h,--help", "ACTION"},
@@ -212,6 +213,7 @@ const std::vector<std::string> kConfigKeys = {
     "disk",
     "entry_timeout",
     "io_uring",
+    "isatty_guard",
     "log_file",
     "log_level",
     "metrics_allow_remote",
@@ -263,6 +265,7 @@ TEST_F(InterfaceTest, ConfigFileKeys) {
       {"disk", "\"768M\""},
       {"entry_timeout", "2.5"},
       {"io_uring", "false"},
+      {"isatty_guard", "\"off\""},
       {"log_file", Quoted(log_file)},
       {"log_level", "\"debug\""},
       {"metrics_allow_remote", "true"},
@@ -313,6 +316,8 @@ TEST_F(InterfaceTest, ConfigFileKeys) {
   for (const auto& [key, value] : expected.items()) {
     EXPECT_EQ(stats.value(key, nlohmann::json()), value) << key;
   }
+  EXPECT_EQ(stats.value("isatty", "").rfind("daemon (--isatty-guard off", 0), 0u)
+      << stats.value("isatty", "");
   EXPECT_TRUE(fsys::exists(log_file));
   EXPECT_TRUE(fsys::exists(textfile));
 }
@@ -340,6 +345,7 @@ TEST(Interface, MountHelperOptions) {
       {"disk=200G", {"--disk", "200G"}},
       {"entry_timeout=2", {"--entry-timeout", "2"}},
       {"exec", {}},
+      {"isatty_guard=off", {"--isatty-guard", "off"}},
       {"group", {}},
       {"log_file=/var/log/e.log", {"--log-file", "/var/log/e.log"}},
       {"log_level=debug", {"--log-level", "debug"}},
@@ -441,6 +447,7 @@ const std::vector<std::string> kStatsKeys = {
     "index_rebuilt",
     "inodes",
     "io_uring",
+    "isatty",
     "kernel_page_bytes",
     "kernel_page_drops",
     "kernel_page_entries",

@@ -2,8 +2,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -827,67 +825,6 @@ TEST_F(MountTest, StatusAndUmountCommands) {
   EXPECT_FALSE(IsMounted(mnt_));
   CommandResult again = Epochfs({"umount", mnt_.string()});
   EXPECT_EQ(again.exit_code, 2);
-}
-
-// isatty() answered in the kernel (daemon/isatty_guard.h) where the BPF LSM lets the
-// daemon load its program: a plain Python reader's buffered opens send no ioctl to the
-// daemon, another ioctl still reaches it, and the program goes at unmount and when the
-// daemon is killed (nothing pinned). Where it cannot be loaded, status says why and each
-// open costs an ioctl request, as before.
-bool IsattyProgramLoaded() {
-  const CommandResult shown = Run({"bpftool", "prog", "show", "name", "epochfs_isatty"});
-  return shown.exit_code == 0 && shown.output.find("epochfs_isatty") != std::string::npos;
-}
-
-TEST_F(MountedDirsTest, IsattyIsAnsweredInTheKernelWhereTheBpfLsmAllowsIt) {
-  constexpr int kFiles = 40;
-  for (int i = 0; i < kFiles; ++i) WriteFile(src_ / ("f" + std::to_string(i)), std::string(3000 + i, 'x'));
-  auto m = std::make_unique<Mount>(src_, mnt_, cache_, std::vector<std::string>{});
-  ASSERT_TRUE(m->ok()) << m->output();
-  const std::string state = m->Stats()["isatty"].get<std::string>();
-  ASSERT_FALSE(state.empty());
-  const auto ioctls = [&m] { return m->Stats()["requests"]["ioctl"].get<uint64_t>(); };
-  const uint64_t before = ioctls();
-  const CommandResult reader = epochfs::testing::Run(
-      {"/usr/bin/python3", "-c",
-       "import glob, sys\n"
-       "for p in sorted(glob.glob(sys.argv[1] + '/f*')):\n"
-       "    assert len(open(p, 'rb').read()) >= 3000, p\n",
-       mnt_.string()});
-  ASSERT_EQ(reader.exit_code, 0) << reader.output;
-  const uint64_t sent = ioctls() - before;
-  if (state.rfind("kernel", 0) != 0) {
-    EXPECT_GE(sent, static_cast<uint64_t>(kFiles)) << state;  // a request per buffered open
-    GTEST_SKIP() << "isatty guard not in force here: " << state;
-  }
-  EXPECT_EQ(sent, 0u) << state;
-  ASSERT_TRUE(IsattyProgramLoaded());
-  // Any other ioctl on a file of the mount still reaches the daemon.
-  {
-    const int fd = ::open((mnt_ / "f0").c_str(), O_RDONLY);
-    ASSERT_GE(fd, 0);
-    long flags = 0;
-    (void)::ioctl(fd, FS_IOC_GETFLAGS, &flags);
-    ::close(fd);
-  }
-  EXPECT_EQ(ioctls() - before, 1u);
-  // Detached at unmount.
-  ASSERT_TRUE(m->Unmount());
-  EXPECT_FALSE(IsattyProgramLoaded());
-  m.reset();
-  // And when the daemon is killed.
-  auto killed = std::make_unique<Mount>(src_, mnt_, cache_, std::vector<std::string>{});
-  ASSERT_TRUE(killed->ok()) << killed->output();
-  ASSERT_TRUE(IsattyProgramLoaded());
-  const int pid = killed->Stats()["pid"].get<int>();
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  EXPECT_TRUE(ExitsWithin(pid, std::chrono::seconds(5)));
-  bool gone = false;
-  for (int i = 0; i < 50 && !(gone = !IsattyProgramLoaded()); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the kernel frees it lazily
-  }
-  EXPECT_TRUE(gone);
-  ::umount2(mnt_.c_str(), MNT_DETACH);  // the dead daemon's mount
 }
 
 }  // namespace
