@@ -516,8 +516,8 @@ void Daemon::StartPushing() {
   // way. In "open" mode every open of a file reaches the daemon as an OPEN, which is the
   // access. In "notify" mode the kernel opens files alone, and a fanotify watcher
   // reports the opens (fs/access_watcher.h). Its events cost every reader's open(); in
-  // "open" mode they would only repeat the OPENs (measured on GlusterFS: warm epochs
-  // 0.58-0.83x the Gluster client with it, 0.97-1.26x with no readahead at all).
+  // "open" mode they would only repeat the OPENs, and slow warm epochs for nothing
+  // (docs/benchmarks.md, "Figures behind design choices").
   if (options_.consistency == Consistency::kOpen) {
     fs_->ReportOpensAsAccesses(true);
   } else {

@@ -805,9 +805,10 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
   s = m->Stats();
   // Only the changed files (a few reads each) reached the daemon.
   // Two epochs of 300 files: without pushing, 600 and more. The changed files take a
-  // few; in about one run in ten some 30 pushed files are read through the daemon
-  // all the same (their pages gone from the kernel for a reason not found yet:
-  // docs/architecture.md, "Pushed pages"), hence the bound.
+  // few; now and then some pushed files are read through the daemon all the same (their
+  // pages gone from the kernel for a reason not found yet: docs/architecture.md,
+  // "Pushed pages"; how often: docs/benchmarks.md, "Figures behind design choices"),
+  // hence the bound.
   EXPECT_LE(FileReads(s) - reads_before, 60u) << s.dump();
   if (GetParam() == std::string("notify")) {
     EXPECT_GE(s["access_opens"].get<uint64_t>(), 300u) << s.dump();
@@ -929,7 +930,7 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   // meanwhile, and it may count both. What it counts was resident when it began (within
   // the budget, with slack for a drop that runs on the pusher's thread just after the
   // tier lets the pages go) or pushed since. (A bound of the budget plus a fixed slack
-  // failed about one run in two with the CPUs busy.)
+  // was flaky with the CPUs busy: docs/benchmarks.md, "Figures behind design choices".)
   const uint64_t pushed_before = stats()["pushed_bytes"].get<uint64_t>();
   const uint64_t resident = ResidentBytes(names);
   const uint64_t pushed_during = stats()["pushed_bytes"].get<uint64_t>() - pushed_before;

@@ -15,8 +15,9 @@
 // returns, the writer reads the file back through the mount (a fresh open) and reads the
 // source directly: both must hold exactly what it wrote.
 //
-// The race is narrow (a few per 10,000 writes before the fix), so the run is long:
-// EPOCHFS_WRITE_RACE_SECONDS per mode (default 20; bench/write_race.sh runs it longer).
+// The race is narrow (how narrow: docs/benchmarks.md, "Figures behind design choices"),
+// so the run is long: EPOCHFS_WRITE_RACE_SECONDS per mode (default 20;
+// bench/write_race.sh runs it longer).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
