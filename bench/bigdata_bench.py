@@ -105,10 +105,9 @@ CGROUP = "epochfs-bigdata"
 #: realclient's 4-worker decode pipeline delivers ~330-430 samples/s from tmpfs (decode
 #: ~4.5 ms per 110 KB JPEG per core; ~250/s with a compiler busy on the other core).
 #: 8 ms makes N = 1 ask for 125 samples/s and N = 2 for 250/s (0.6-0.75 of that): tmpfs
-#: holds AU >= 0.9 at 1-2 accelerators and not at 4.  Measured on the full 8,000-sample
-#: set: N = 2 0.97, N = 4 0.86 (428 samples/s delivered), N = 8 0.32; on the quick set
-#: N = 1 0.93-0.96 and N = 2 ~0.85 (its 6 s epochs at N = 2 pay ~0.8 s of DataLoader
-#: start).  So epochfs is compared with tmpfs where the pipeline is busy but not CPU-bound.
+#: holds AU >= 0.9 at 1-2 accelerators and not at 4 (the calibration runs' AU figures:
+#: docs/benchmarks.md, "Figures behind design choices").  So epochfs is compared with
+#: tmpfs where the pipeline is busy but not CPU-bound.
 DEFAULT_COMPUTE_MS_PER_SAMPLE = 8.0
 
 #: Memory the real client's DataLoader workers need for themselves, per worker: measured

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The write race at length: tests/write_race_test.cc (writes through the mount while
 # readahead pushes the same files into the page cache) for SECONDS per consistency mode,
-# instead of CI's 20. Before the write fence it lost a few acknowledged writes per 10,000.
+# instead of CI's 20. What the race cost before the write fence: docs/benchmarks.md,
+# "Figures behind design choices".
 #
 #   bash bench/write_race.sh [SECONDS] [BUILD]      # as root; default 120 s, build/
 set -euo pipefail

@@ -86,7 +86,8 @@ struct Piece {
   // This reader read it from the source itself. A reader that waited on another's
   // read (Inflight) gets its bytes with tier kSource too, but its wait is no source
   // read: counted as one, a wait that began near the leader's end set the pacer's base
-  // latency to 0.16 ms on GlusterFS, whose reads take 3 ms.
+  // latency far below a real read's (docs/benchmarks.md, "A latency-bound network
+  // source").
   bool read_here = false;
 };
 
@@ -462,8 +463,9 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
     fd = *opened;
   }
   const int64_t started_ns = WallClockNs();
-  // Not zero-filled first: the read overwrites what it returns, and a 110 KB sample's
-  // memset was 2% of the daemon's CPU in a cold epoch on GlusterFS.
+  // Not zero-filled first: the read overwrites what it returns, and a sample's memset
+  // was a measurable share of the daemon's CPU in a cold epoch (docs/benchmarks.md,
+  // "The daemon's work per file read from a network source").
   std::vector<std::shared_ptr<char[]>> buffers(which.size());
   std::vector<ReadOp> ops(which.size());
   for (size_t k = 0; k < which.size(); ++k) {

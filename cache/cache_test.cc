@@ -813,7 +813,7 @@ TEST_P(CacheTest, BadOptionsAreRejected) {
 }
 
 // A push checks after its store that the tier still holds the file's kernel entries
-// (fs/page_cache_pusher.cc): an entry let go of while its store was on its way (a
+// (kernel_cache/page_cache_pusher.cc): an entry let go of while its store was on its way (a
 // lowered budget, an eviction) had its drop reported then, maybe before the pages
 // arrived, so the pusher drops them again.
 TEST_P(CacheTest, AKernelEntryLetGoOfDuringItsStoreIsNoLongerHeld) {

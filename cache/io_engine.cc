@@ -233,9 +233,8 @@ class IoUringIoEngine final : public IoEngine {
   // One transfer goes through pread/pwrite on the calling thread: the ring pays only
   // where transfers overlap, and a file whose filesystem cannot read without blocking
   // (a FUSE source such as GlusterFS's client, NFS) has each of its requests handed to
-  // an io-wq worker thread and back. Measured on GlusterFS, epoch 1 read on demand:
-  // the daemon's CPU per 1,000 files 0.49-0.57 s through the ring, 0.39-0.41 s with
-  // pread (docs/benchmarks.md).
+  // an io-wq worker thread and back, which costs the daemon more CPU than a pread
+  // (docs/benchmarks.md, "The daemon's work per file read from a network source").
   Result<size_t> ReadAt(int fd, void* buf, size_t len, uint64_t offset) override {
     return PreadFully(fd, buf, len, offset);
   }

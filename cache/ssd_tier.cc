@@ -947,8 +947,9 @@ void SsdTier::SealActive() {
 bool SsdTier::SyncDue() const {
   if (unsynced_.empty()) return false;
   // Half the queue waiting only for a sync: sync now, before readers block on a full
-  // queue for the rest of the interval (compressible data: 1 MB of zeros is 4 KB of
-  // pack bytes, and every 16th first read used to wait out the 1 s interval).
+  // queue for the rest of the interval (compressible data fills the queue long before
+  // its pack bytes reach sync_every_bytes, and first reads then waited out the
+  // interval: docs/benchmarks.md, "Figures behind design choices").
   return unsynced_bytes_ >= options_.sync_every_bytes ||
          unsynced_footprint_ >= options_.max_pending_bytes / 2 ||
          Clock::now() - first_unsynced_at_ >= std::chrono::milliseconds(options_.sync_interval_ms);

@@ -286,8 +286,9 @@ class SsdTier {
   uint64_t stream_buffers_ GUARDED_BY(stream_mu_) = 0;  // bytes of run buffers held
   // Run buffers kept mapped for the next Stream(), by size class (RunBuffer), at most
   // stream_buffer_bytes of them. Mapping a fresh buffer per run and unmapping it after
-  // cost a third of the daemon's CPU in a streaming epoch (measured with perf: every
-  // page faulted in and zeroed by the O_DIRECT read, then a TLB shootdown at munmap).
+  // faults in and zeroes every page for the O_DIRECT read, then shoots down the TLB at
+  // munmap, a large share of the daemon's CPU in a streaming epoch (docs/benchmarks.md,
+  // "Figures behind design choices").
   std::multimap<size_t, char*> run_buffers_ GUARDED_BY(stream_mu_);
   uint64_t run_buffers_bytes_ GUARDED_BY(stream_mu_) = 0;
   std::atomic<uint64_t> corrupt_logged_{0};

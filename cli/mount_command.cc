@@ -174,7 +174,7 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
     return Refuse(fmt::format("{} is served by a live daemon{}; not unmounting it",
                               mountpoint.string(), pid > 0 ? fmt::format(" (pid {})", pid) : ""));
   }
-  // EBUSY for a moment is the daemon's own listing at mount (fs/kernel_listing.h holds
+  // EBUSY for a moment is the daemon's own listing at mount (kernel_cache/kernel_listing.h holds
   // one folder open at a time): asked again for a second before calling the mount busy.
   int unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
   for (int retry = 0; unmounted < 0 && errno == EBUSY && retry < 50; ++retry) {

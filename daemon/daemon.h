@@ -188,7 +188,7 @@ class Daemon {
   // Pushing stops (and a push in flight ends) before the session and the inode table go.
   ShutdownStep stop_kernel_cache_;
   // The connection ends first: a push or a drop may be opening a file through the mount
-  // (fs/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
+  // (kernel_cache/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
   // stopped (a signal); closing the connection fails that request, and the push ends.
   ShutdownStep end_connection_;
   // Detached as soon as the session loop ends (Run), and in any case before the

@@ -1,11 +1,12 @@
 // MemoryTrimmer: hands memory the daemon freed back to the kernel.
 //
 // glibc keeps freed heap memory in its arenas, where it still counts in the RSS that
-// --ram promises to bound: after the kernel forgets 300,000 inodes, their nodes are
-// free but the RSS stayed 90 MB higher until unmount. Every `period` this thread asks
+// --ram promises to bound: after the kernel forgets many inodes, their nodes are free
+// but the RSS stays that much higher until unmount. Every `period` this thread asks
 // malloc how much free memory it holds and, past `slack` (and once it has moved by half
 // of that since the last trim), trims it: malloc_trim returns the free pages inside the
-// heap too, not only its top. A few ms per trim on a heap of hundreds of MB.
+// heap too, not only its top; a trim is cheap next to `period` (the figures:
+// docs/benchmarks.md, "Figures behind design choices").
 //
 // Thread-safety: the object owns one thread; the destructor stops and joins it.
 #pragma once

@@ -4,7 +4,8 @@
 // The endpoint is deliberately tiny: one thread polling up to 256 connections at once,
 // HTTP/1.0, `GET /metrics` only (404 otherwise), requests bounded to 8 KiB and each
 // connection to 2 s in all, so idle or hostile clients cost a slot for 2 s, never a
-// scrape (100 idle connections used to time out 1 scrape in 5) or a FUSE worker.
+// scrape (served one at a time, idle connections made scrapes time out:
+// docs/benchmarks.md, "Figures behind design choices") or a FUSE worker.
 // It binds loopback unless the operator allows another host: the counters are not
 // secret, but the endpoint should not be reachable from the network by accident.
 // The textfile is rewritten every 10 s as FILE.tmp + rename, so node-exporter never

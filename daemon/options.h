@@ -56,7 +56,7 @@ struct MountOptions {
   uint64_t prefetch_iops = 0;
   uint64_t prefetch_bandwidth = 0;
   bool prefetch_pacing = true;  // pace readahead by its source latency (source_pacer.h)
-  // Move readahead's bytes into the kernel's page cache (fs/page_cache_pusher.h).
+  // Move readahead's bytes into the kernel's page cache (kernel_cache/page_cache_pusher.h).
   bool page_cache_push = true;
   // Answer isatty() of the mount's files in the kernel where the BPF LSM lets the daemon
   // (daemon/isatty_guard.h); false sends each one to the daemon, as on other kernels.

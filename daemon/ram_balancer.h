@@ -5,10 +5,9 @@
 // kernel's page cache. PlanMemory (daemon.cc) splits it up front: the RAM tier gets what
 // is left after a share each for the SSD write queue, the stream buffers, the index, the
 // prefetcher's file table and the plan. Those shares are ceilings, and most of the time
-// most of them are unused: in a steady epoch under a memory limit (bench/limit_probe.py,
-// --ram 168 MiB) the daemon's resident set was 50-60 MiB and its pushed pages 89 MiB,
-// so a fifth of --ram held nothing, while the tier, whose size bounds how many files
-// can be pushed ahead of a shuffled reader, was full.
+// most of them are unused: in a steady epoch under a memory limit a good part of --ram
+// held nothing, while the tier, whose size bounds how many files can be pushed ahead of
+// a shuffled reader, was full (docs/benchmarks.md, "Figures behind design choices").
 //
 // So every period this thread measures what the rest of the daemon holds now (its
 // resident set, less the tier's own bytes in it) and sets the tier's budget to --ram
@@ -17,13 +16,14 @@
 // tier evicts at once and queues the drops of its pushed pages (Cache::SetRamBudget).
 // Before taking room back it trims malloc's heap and measures again: buffers the tier
 // let go of stay in the RSS until then, and counted as the rest's they lowered the
-// budget step after step down to the share (found in review, reproduced: 93 -> 53 ->
-// 36 -> 18 -> 8 MiB). Moves smaller than an eighth of the margin are not made.
+// budget step after step down to the share (found in review, reproduced:
+// docs/benchmarks.md, "Figures behind design choices"). Moves smaller than an eighth of
+// the margin are not made.
 //
 // What it promises is a target, not a hard bound: between two periods the rest can grow
 // past the margin, the share is kept even when the rest uses more than its ceilings
 // (then --ram is exceeded as before this class), and with no memory limit the kernel's
-// copies of pushed bytes are the kernel's (fs/page_cache_pusher.h), not counted here.
+// copies of pushed bytes are the kernel's (kernel_cache/page_cache_pusher.h), not counted here.
 //
 // Thread-safety: the object owns one thread; Step() may also be called directly (tests)
 // while that thread is not running (period zero).

@@ -125,11 +125,10 @@ TEST(RamBalancer, TheTierGivesRoomBackWhenTheRestGrowsAndTakesItAgainAfter) {
 }
 
 // Buffers the tier lets go of stay in malloc's heap, and so in the RSS, until trimmed.
-// Counted as the rest's, each step lowered the budget by what the last one evicted, down
-// to the share (found in review: 93 -> 53 -> 36 -> 18 -> 8 MiB with the rest grown by
-// 40 MiB). A budget lowered once stays where it is while nothing else changes.
-// (Without the trim before lowering it fell by about 10 MiB a step here: 51.7 -> 41.5 ->
-// 29.9 -> 18.4 -> 9.8 MiB, with a margin 8 MiB smaller than now.)
+// Counted as the rest's, each step lowered the budget by what the last one evicted,
+// down to the share (found in review; the steps, and this test's without the trim, are
+// in docs/benchmarks.md, "Figures behind design choices"). A budget lowered once stays
+// where it is while nothing else changes.
 TEST(RamBalancer, ALoweredBudgetDoesNotKeepFallingOnWhatTheTierFreed) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: the RSS never shows it freed";

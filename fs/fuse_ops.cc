@@ -332,8 +332,9 @@ void DoInit(void* userdata, struct fuse_conn_info* conn) noexcept {
   // its own when fresh attributes show a new mtime (auto_inval_data): a drop while a
   // buffered write through the mount is in flight lets a reader re-read the page
   // before that write reaches the source, and the kernel then keeps a zero-filled
-  // range where the write went (measured: an appender with readers, 1 read in ~100;
-  // libfuse's passthrough_ll shows the same with cache=auto,timeout=60).
+  // range where the write went (seen with an appender and readers, and with libfuse's
+  // passthrough_ll at cache=auto,timeout=60: docs/benchmarks.md, "Figures behind design
+  // choices").
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_EXPLICIT_INVAL_DATA) conn->want |= FUSE_CAP_EXPLICIT_INVAL_DATA;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;

@@ -67,7 +67,7 @@ struct FuseContext {
   RequestCounters counters;
   // Every listing with attributes (READDIRPLUS), not only the first chunk of one
   // (libfuse's default READDIRPLUS_AUTO): a listed file's inode is then in the kernel
-  // before its first open, so readahead can push its bytes (fs/page_cache_pusher.h).
+  // before its first open, so readahead can push its bytes (kernel_cache/page_cache_pusher.h).
   bool readdirplus_always = false;  // set before mounting
 };
 

@@ -181,10 +181,10 @@ bool InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
   // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
   // every older one as well (the kernel reclaims the least recently used first) was
   // tried, and a few READs that were no reclaim (opens that dropped pages, READs racing
-  // a push) then sent readahead through a thousand files the kernel still held: a warm
-  // GlusterFS epoch at 0.6x instead of 1.0x. After a real reclaim each wrong belief
-  // costs its file one demand READ; the all-in-RAM rows of bigdata_bench measured the
-  // same either way.
+  // a push) then sent readahead through a thousand files the kernel still held, and
+  // slowed warm GlusterFS epochs; after a real reclaim each wrong belief costs its file
+  // only one demand READ (docs/benchmarks.md, "Pushing into the page cache", "What a
+  // wrong belief costs").
   inode.kernel_whole_at.store(0, std::memory_order_relaxed);
   // Coverage grows from the start, one READ after the other. Anything else (the
   // kernel's async readahead replied out of order, or a page already covered asked for

@@ -239,8 +239,8 @@ class InodeTable {
   // in memory until the next LOOKUP, as the warm-up's pin kept it until the first. The
   // kernel forgets nodes it learnt early (the kernel listing at mount: READDIRPLUS),
   // under memory pressure or a drop_caches, and the LOOKUP that follows would otherwise
-  // read the source's metadata from disk again: measured, 164 IOs of a 300-IOPS source
-  // and a quarter of the speed in bigdata_bench's restart row.
+  // read the source's metadata from disk again, which a slow source pays for with much
+  // of a restarted epoch's speed (docs/benchmarks.md, "Figures behind design choices").
   void SetPinForgotten(bool pin) { pin_forgotten_.store(pin, std::memory_order_relaxed); }
 
   size_t size() const;

@@ -3,11 +3,11 @@
 //
 // Why: after a restart or a reboot, each LOOKUP of the first epoch stats a source file
 // whose directory block and inode are cold. On a slow source that is an IO every few
-// files, issued by the readers a few at a time and waited for one by one: measured on
-// a 300-IOPS disk (docs/benchmarks.md), about half of that epoch's time. Opening those
-// files O_PATH at mount, several at once and in path order (so neighbouring inodes
-// share their IOs), reads the same metadata at the source's full IOPS and ahead of
-// the readers; holding the fds (InodeTable::Pin) keeps the dentries and inodes in
+// files, issued by the readers a few at a time and waited for one by one: a large part
+// of that epoch's time (docs/benchmarks.md, "Figures behind design choices"). Opening
+// those files O_PATH at mount, several at once and in path order (so neighbouring
+// inodes share their IOs), reads the same metadata at the source's full IOPS and ahead
+// of the readers; holding the fds (InodeTable::Pin) keeps the dentries and inodes in
 // memory even under a memory limit, whose pressure would otherwise evict them before
 // the LOOKUP comes. Nothing is served from what the warm-up saw: each LOOKUP still
 // stats the source, now from memory.

@@ -183,9 +183,8 @@ PlanFile::Resolved PlanFile::PreResolve(std::string_view data, Caller caller,
   }
   // A plan names each of a few folders thousands of times. On a network source each
   // entry's lookup is a round trip; a listing of the folder first leaves every name and
-  // its attributes in the kernel's caches, a round trip per few hundred entries.
-  // GlusterFS with a 1 ms brick delay, 2,000 entries in 20 folders, 32 threads: 0.50 s
-  // resolved cold, 0.12 s listing included.
+  // its attributes in the kernel's caches, a round trip per few hundred entries
+  // (docs/benchmarks.md, "Figures behind design choices").
   std::map<std::string, uint64_t> named;  // folder -> entries in it
   for (const std::string& path : paths) {
     if (!prefetch::PlanParser::CheckPath(path, PATH_MAX).ok()) continue;  // refused anyway
@@ -329,10 +328,10 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
     }
   }
   // Resolving an entry stats the source a few times; on a network filesystem each stat
-  // is a round trip (GlusterFS here: a 6,000-entry plan took 0.9 s, and the publisher's
-  // epoch waited for it). The lines of this write are resolved first, in parallel and
-  // outside the lock; the parser then takes its answers from them. The first line of
-  // `data` is skipped (it may continue the previous write's last line).
+  // is a round trip, and the publisher's epoch waits for them all (docs/benchmarks.md,
+  // "Figures behind design choices"). The lines of this write are resolved first, in
+  // parallel and outside the lock; the parser then takes its answers from them. The
+  // first line of `data` is skipped (it may continue the previous write's last line).
   const Resolved resolved = PreResolve(data, Caller{uid, gid}, reusable.get(), until);
   Status st;
   {

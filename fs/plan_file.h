@@ -22,24 +22,25 @@
 // written; at most kMaxPublishers processes at once (EBUSY beyond).
 //
 // Checked once a minute. Each entry costs a few stats of the source, and on a network
-// filesystem each is a round trip (GlusterFS here: a 12,000-entry plan held its
-// publisher, a DataLoader at the start of its epoch, for most of a second). A process
-// publishes much the same files every epoch, so an entry its previous plan had is taken
-// from that plan while the writer is the same uid/gid and its plans were last checked
-// in full less than kRecheckAfter ago; new entries are checked as always. A file made
-// unreadable to the writer thus leaves its plans within a minute (a plan only guides
-// readahead: reads are checked by the kernel, and their bytes by identity).
+// filesystem each is a round trip, which holds the publisher, a DataLoader at the start
+// of its epoch, for all of them (docs/benchmarks.md, "Figures behind design choices").
+// A process publishes much the same files every epoch, so an entry its previous plan
+// had is taken from that plan while the writer is the same uid/gid and its plans were
+// last checked in full less than kRecheckAfter ago; new entries are checked as always.
+// A file made unreadable to the writer thus leaves its plans within a minute (a plan
+// only guides readahead: reads are checked by the kernel, and their bytes by identity).
 //
 // Checking takes at most a moment of the writer's time. On a cold source (after a
 // reboot, a data set of millions of files) each entry's check reads its folder and inode
-// from a slow disk: 10,000 entries held their writer 2.5 s on a 300-IOPS disk, and the
-// epoch then started, its metadata warm, after the whole wait. So the entries a plan's
-// writes reach within `resolve_budget` of its first write are checked as above (a
-// refusal fails the write); the rest are checked afterwards, in plan order, by a thread
-// of the PlanFile, and join the published plan as they are (the same epoch): readahead
-// follows the checked part, and the checks warm the source's metadata in the order the
-// reader needs it. An entry refused there is left out of the plan, counted and logged;
-// the write that carried it has succeeded already.
+// from a slow disk, for seconds of the writer's time (docs/benchmarks.md, "Figures
+// behind design choices"), and the epoch then started, its metadata warm, after the
+// whole wait. So the entries a plan's writes reach within `resolve_budget` of its first
+// write are checked as above (a refusal fails the write); the rest are checked
+// afterwards, in plan order, by a thread of the PlanFile, and join the published plan
+// as they are (the same epoch): readahead follows the checked part, and the checks warm
+// the source's metadata in the order the reader needs it. An entry refused there is
+// left out of the plan, counted and logged; the write that carried it has succeeded
+// already.
 //
 // Thread-safety: thread-safe; writes are serialised. Owns a thread that drops the plans
 // of processes that are gone, and one that checks entries past the budget.

@@ -1,5 +1,5 @@
 // SourceObserver: what SourceFs sees of the kernel's use of the mount's files, told to
-// whoever acts on it (fs/kernel_activity.h: the prefetcher, the access watcher, the
+// whoever acts on it (kernel_cache/kernel_activity.h: the prefetcher, the access watcher, the
 // page-cache pusher). SourceFs serves requests; it does not decide what an open or a
 // READ means for readahead or for the pages the kernel holds.
 //

@@ -92,8 +92,9 @@ void AccessWatcher::Run() {
       // Interrupt moderation: a busy reader opens tens of thousands of files a second,
       // and poll() returns at each one. Reading at most once per kEventBatchPeriod
       // lets each read take a batch (one lock, one wake-up of the readahead); a wake-up
-      // per open cost a warm epoch half its speed on 2 cores. The prefetcher learns of
-      // an open at most that much later.
+      // per open cost a warm epoch much of its speed (docs/benchmarks.md, "Figures
+      // behind design choices"). The prefetcher learns of an open at most that much
+      // later.
       const auto now = std::chrono::steady_clock::now();
       if (now < last_read_ + kEventBatchPeriod) std::this_thread::sleep_until(last_read_ + kEventBatchPeriod);
       last_read_ = std::chrono::steady_clock::now();

@@ -1,6 +1,6 @@
 // AccessWatcher: tells the prefetcher which files are opened through the mount, also
 // when the open and the read never reach the daemon (pages pushed into the kernel's
-// page cache, fs/page_cache_pusher.h; "notify" mode opens). Without it the prefetcher
+// page cache, kernel_cache/page_cache_pusher.h; "notify" mode opens). Without it the prefetcher
 // would lose track of the epoch exactly when readahead works best.
 //
 // How (docs/architecture.md, "Seeing reads that reach no daemon"): fanotify, with an
@@ -23,8 +23,9 @@
 // nothing and cost every open (made in the reader's open(), read here): the marks are
 // flushed. The first READ that reaches the daemon again (the kernel dropped pages, a
 // file changed) resumes watching; until the marks are back, READs count as accesses,
-// as without a watcher. Measured: with the data set in the page cache, the events held
-// a warm epoch to 0.75x tmpfs, with 14 ms of daemon CPU per 3,000 opens.
+// as without a watcher. With the data set in the page cache, the events held a warm
+// epoch well below tmpfs (docs/benchmarks.md, "Pushing into the page cache", the table
+// under "Warm epochs, what was done about it").
 //
 // Thread-safety: Watch() is thread-safe and never blocks on the kernel; one thread
 // makes marks, reads events and calls the prefetcher.

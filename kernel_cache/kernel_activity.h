@@ -3,7 +3,7 @@
 //  - listings: the files a READDIRPLUS gave the kernel are the prefetcher's candidates;
 //  - accesses: in "open" mode every read-only OPEN is a file's access (each open reaches
 //    the daemon anyway); in "notify" mode the access watcher's fanotify events are, and
-//    READs are only while it does not see opens (fs/access_watcher.h); with neither,
+//    READs are only while it does not see opens (kernel_cache/access_watcher.h); with neither,
 //    READs are;
 //  - the access watcher marks each directory the kernel looks up;
 //  - pushing: a file read ahead whose push found no inode in the kernel is pushed by its

@@ -325,7 +325,7 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
         s.refused);
   visit(CounterInfo{"push_writers_open",
                     "Pushes and page drops put off: a writer had the file open through the "
-                    "mount (fs/write_fence.h).",
+                    "mount (kernel_cache/write_fence.h).",
                     kCounter}
             .Show({.row = "page cache pushes", .label = "writers open"}),
         s.writers_open);

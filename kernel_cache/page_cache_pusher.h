@@ -23,7 +23,7 @@
 //    payload is then copied out of those pages. So a file is stored into (or its pages
 //    dropped) only behind a WriteFence, which holds writers off at open: no file open
 //    for writing through the mount is pushed, and none is opened for writing while a
-//    store or a drop is under way (fs/write_fence.h).
+//    store or a drop is under way (kernel_cache/write_fence.h).
 //  Only bytes whose identity matches the source now, the kernel's attributes (so the
 //  store does not change i_size) and which are older than the racily clean window are
 //  pushed.
@@ -65,10 +65,11 @@ class PageCachePusher final : public prefetch::KernelPages {
   // limit): the bytes move into the kernel (cache::Cache::MoveToKernel), charged to the
   // RAM tier, and DropLater drops them when the tier lets them go. false (no limit):
   // the tier keeps its bytes and the kernel gets a copy of its own, which its LRU keeps
-  // or reclaims as it does the pages of any read (Cache::CopyToKernel). Measured: with
-  // one copy and no limit, a data set larger than --ram but smaller than free memory
-  // ran 2.5x slower than without pushing, and a page cache dropped (drop_caches,
-  // reclaim) sent every read to the SSD tier (docs/architecture.md, "Pushed pages").
+  // or reclaims as it does the pages of any read (Cache::CopyToKernel). With one copy
+  // and no limit, a data set larger than --ram but smaller than free memory ran slower
+  // than without pushing, and a page cache dropped (drop_caches, reclaim) sent every
+  // read to the SSD tier (docs/architecture.md, "Pushed pages"; the figure:
+  // docs/benchmarks.md, "Figures behind design choices").
   explicit PageCachePusher(bool one_copy = true);
   ~PageCachePusher() override;
   PageCachePusher(const PageCachePusher&) = delete;
@@ -99,9 +100,10 @@ class PageCachePusher final : public prefetch::KernelPages {
   // store, the READ did that), and when the tier does not hold the file (its policy
   // would not keep it: in a shuffled epoch, a file read this epoch is the last one
   // needed) the pages are dropped shortly after, once the reader has copied them. Left
-  // to the kernel's LRU they would push out pushed pages not yet read, which are older:
-  // measured, 38% of the pushes of a steady epoch under a limit were lost that way.
-  // Called inside the READ request: queues, never notifies the kernel itself.
+  // to the kernel's LRU they would push out pushed pages not yet read, which are older,
+  // and a steady epoch under a limit lost many of its pushes that way
+  // (docs/benchmarks.md, "Figures behind design choices"). Called inside the READ
+  // request: queues, never notifies the kernel itself.
   void AfterWholeRead(fs::Inode& node, const cache::SourceIdentity& file);
 
   struct Stats {

@@ -29,8 +29,9 @@ struct ClassifierOptions {
   uint32_t min_accesses = 128;
   double threshold = 0.7;
   // An epoch's first this many accesses decide its pattern; later ones are counted
-  // only. Scoring every access (a sorted map of paths) cost a tenth of the access
-  // watcher's work in a warm epoch, and memory per file read.
+  // only. Scoring every access (a sorted map of paths) cost a share of the access
+  // watcher's work in a warm epoch (docs/benchmarks.md, "Figures behind design
+  // choices"), and memory per file read.
   uint32_t max_accesses = 8192;
 };
 

@@ -21,8 +21,9 @@
 // Ranks are kept current only once something needs them. Until a decision asks for
 // them in an epoch (the tier full, readahead asking for room), reads only mark the file
 // and the ranks are rebuilt at that first ask: with the data set in RAM, reranking at
-// every read (a few us each, on the access watcher's thread) was a fifth of the daemon's
-// work in a warm epoch. From then on until the next epoch, each read reranks its file.
+// every read (on the access watcher's thread) was a large share of the daemon's work in
+// a warm epoch (docs/benchmarks.md, "Pushing into the page cache", "Warm epochs, what
+// was done about it"). From then on until the next epoch, each read reranks its file.
 //
 // Thread-safety: thread-safe. The RAM tier calls the EvictionPolicy methods under its
 // own lock; the prefetcher calls MarkRead/NewEpoch/SetPlan/WouldAdmit from other

@@ -4,7 +4,7 @@
 //
 // The prefetcher knows which files come next and brings their bytes into the RAM tier;
 // this interface moves them on into the kernel. The implementation belongs to the FUSE
-// layer (fs/page_cache_pusher.h), which alone knows whether the kernel has the file's
+// layer (kernel_cache/page_cache_pusher.h), which alone knows whether the kernel has the file's
 // inode, what it believes the file's size is, and how to keep a push ordered against
 // the file changing. The bytes stay charged to the RAM tier's budget while the kernel
 // holds them (cache::Cache::MoveToKernel), and the RAM policy decides when they go.

@@ -49,8 +49,8 @@ uint64_t Fingerprint(const Range& items, PathOf path_of) {
 // longest of the last kEpochsRemembered epochs has been covered (less would be a re-read
 // inside one epoch). The longest, not the last: readers a pass apart (DataLoader workers
 // across an epoch's end, or independent readers) cut an epoch short with a repeat, and
-// measured against the short one the next was cut shorter still (39 "epochs" in 5
-// passes of 4 readers).
+// measured against the short one the next was cut shorter still (docs/benchmarks.md,
+// "Pushing into the page cache", "Warm epochs, what was done about it").
 constexpr double kEpochCoverage = 0.9;
 constexpr size_t kEpochsRemembered = 4;
 // In the first epoch there is no previous one: a repeat after this many accesses.
@@ -59,9 +59,9 @@ constexpr size_t kFirstEpochMinAccesses = 16;
 constexpr auto kDemandGrace = std::chrono::milliseconds(5);
 constexpr auto kIdleWait = std::chrono::milliseconds(20);
 // How long a worker with nothing to do sleeps when only a notification can bring work
-// (an access, a plan, a deeper source queue). Polling at kIdleWait, the 36 workers of a
-// paced mount woke 1,800 times a second: measured, a sixth of the daemon's CPU in a
-// warm epoch, on 2 cores.
+// (an access, a plan, a deeper source queue). Polling at kIdleWait, the many workers of
+// a paced mount woke thousands of times a second, a large share of the daemon's CPU in
+// a warm epoch (docs/benchmarks.md, "Figures behind design choices").
 constexpr auto kQuietWait = std::chrono::seconds(1);
 // The epoch record is rewritten at most this often when no new file was seen.
 constexpr auto kRecordPeriod = std::chrono::seconds(30);
@@ -79,8 +79,8 @@ constexpr auto kRatePeriod = std::chrono::milliseconds(250);
 // samples, i.e. two 4 MiB runs when they lie together in a pack.
 constexpr size_t kStreamBatch = 64;
 // Following a plan, readahead is at most a second ahead of the reader, which may reach a
-// file of a batch in flight and wait for the whole batch: smaller batches (measured on
-// GlusterFS: a cold epoch 2.9 s with 8, 3.5-4.5 s with 64).
+// file of a batch in flight and wait for the whole batch: smaller batches, which made a
+// cold GlusterFS epoch faster (docs/benchmarks.md, "Figures behind design choices").
 constexpr size_t kPlanStreamBatch = 8;
 // A worker streams once the RAM policy has room for this many files: a reader freeing
 // one place at a time would otherwise turn streaming into one small read per file.
@@ -209,9 +209,9 @@ class PrefetcherImpl final : public Prefetcher {
   // Whether an access should wake a worker: a wake-up per open costs a warm epoch (the
   // kernel holds everything, nothing is left to read ahead) much of its speed on 2
   // cores. For an ordered pattern the window past the reader is looked at here, passing
-  // over what the kernel holds as a worker would (measured on GlusterFS, where every
-  // open is an OPEN: warm epochs with a published plan at 0.56x the Gluster client,
-  // against 0.78x without one).
+  // over what the kernel holds as a worker would (on GlusterFS, where every open is an
+  // OPEN, warm epochs with a published plan were slower than without one until then:
+  // docs/benchmarks.md, "Figures behind design choices").
   bool MayHaveWorkLocked() REQUIRES(mu_) {
     if (!unpushed_.empty()) return true;
     switch (PatternLocked()) {
@@ -240,8 +240,9 @@ class PrefetcherImpl final : public Prefetcher {
   }
   // Whether the kernel's page cache holds the whole file already (a warm epoch): then
   // it is handled for this epoch, and counted. Readahead would otherwise stat it on the
-  // source, and push bytes the kernel has, for every file of every warm epoch: measured,
-  // that held a warm epoch to 0.6-0.8x tmpfs on 2 cores.
+  // source, and push bytes the kernel has, for every file of every warm epoch, which
+  // held warm epochs well below tmpfs (docs/benchmarks.md, "Figures behind design
+  // choices").
   bool InKernelLocked(const FileKey& key) REQUIRES(mu_) {
     KernelPages* pages = kernel_pages_.load();
     if (pages == nullptr || !pages->HoldsWhole(key.dev, key.ino)) return false;
@@ -403,8 +404,9 @@ std::optional<uint32_t> PrefetcherImpl::CatalogIndexLocked(const FileKey& file,
 void PrefetcherImpl::LoadRecord() {
   // A record of files the tables could hold is text of about a line of 20-40 bytes plus
   // the path per file, and an order line per file: well below twice what the tables are
-  // charged. A bigger one was written under a larger --ram, or is damaged (a 3 GB file
-  // took the RSS to 6 GiB at mount): parsing it whole would break the bound.
+  // charged. A bigger one was written under a larger --ram, or is damaged (a huge one
+  // sent the RSS far past --ram at mount: docs/benchmarks.md, "Figures behind design
+  // choices"): parsing it whole would break the bound.
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(options_.record_path, ec);
   if (!ec && options_.file_table_bytes != 0 && size > 2 * options_.file_table_bytes + (1u << 20)) {
@@ -475,8 +477,9 @@ void PrefetcherImpl::NewEpochLocked() {
   }
   // At an epoch's end, when files were seen that the record lacks (what a restart
   // streams), else at most every kRecordPeriod (the order; the unmount saves it too):
-  // rewriting it at every epoch was a quarter of the access watcher's work when the
-  // page cache held the data set (an epoch every fraction of a second).
+  // rewriting it at every epoch was a large share of the access watcher's work when the
+  // page cache held the data set, an epoch every fraction of a second
+  // (docs/benchmarks.md, "Figures behind design choices").
   if (!options_.record_path.empty() && previous_order_.size() >= kFirstEpochMinAccesses &&
       (catalog_.size() != record_saved_files_ ||
        std::chrono::steady_clock::now() - record_saved_at_ >= kRecordPeriod)) {
@@ -714,10 +717,11 @@ std::vector<FileKey> PrefetcherImpl::BeginPackOrderLocked(uint64_t* epoch) {
 }
 
 PrefetcherImpl::PackOrdered PrefetcherImpl::PackOrder(const std::vector<FileKey>& keys) const {
-  // One index lookup per file (~100k/s); files the SSD tier lacks sort last, stably,
-  // so they keep their first-seen order. So do files the kernel holds whole, without a
-  // lookup: readahead passes over them (in a warm epoch, all of them; the lookups were
-  // a third of the daemon's work there).
+  // One index lookup per file; files the SSD tier lacks sort last, stably, so they keep
+  // their first-seen order. So do files the kernel holds whole, without a lookup:
+  // readahead passes over them (in a warm epoch, all of them; the lookups were a large
+  // share of the daemon's work there: docs/benchmarks.md, "Figures behind design
+  // choices").
   KernelPages* pages = kernel_pages_.load();
   PackOrdered out;
   std::vector<std::pair<uint64_t, uint32_t>> positions;

@@ -197,8 +197,8 @@ class Prefetcher {
 
   // Files opened, seen together (the access watcher's fanotify batch): each as an
   // OnRead at offset 0, under one lock and with one wake-up of the readahead. A wake-up
-  // per open cost a warm epoch (every file in the page cache, no request to the
-  // daemon) half its speed on 2 cores.
+  // per open cost a warm epoch (every file in the page cache, no request to the daemon)
+  // much of its speed (docs/benchmarks.md, "Figures behind design choices").
   struct Opened {
     FileKey file;
     std::string path;

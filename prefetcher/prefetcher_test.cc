@@ -68,7 +68,8 @@ TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
 // one after the other, at different speeds, so that near each pass's end the fast ones
 // read the next pass while the slow ones finish this one. Epochs stay about as long as
 // a pass; measured against the last epoch only, each cut-short epoch cut the next one
-// shorter still (5 passes of bench/isatty_ab.py made 39 "epochs").
+// shorter still (docs/benchmarks.md, "Pushing into the page cache", "Warm epochs, what
+// was done about it").
 TEST(Prefetcher, ReadersOutOfStepDoNotCutEpochsShorterAndShorter) {
   auto p = Tracker();
   const uint32_t n = 1000, readers = 4, passes = 6;

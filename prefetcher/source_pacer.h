@@ -5,20 +5,20 @@
 // Why: a source below its capacity answers a read in about its base latency (the
 // lowest seen lately). Past it (an IOPS cap enforced in short slices, a disk busy with
 // another job) reads queue, and a demand read the trainer waits on queues behind
-// readahead: on a 300-IOPS throttled disk an unpaced readahead made demand misses wait
-// ~50 ms instead of ~0.5 ms, and the reader ran 11-15% slower than with no readahead
-// worth the name. Readahead that is itself late costs nothing (nobody waits on it), so
-// the signal is the demand reads' latency; every source read, readahead's too, feeds
-// the base. Time is cut in steps of kStep (100 ms): the first demand read of a step
-// that took longer than base + max(base, 2 ms), while readahead read from the source in
-// the last two steps, cuts the rate by a quarter (a burst of late reads is one event;
-// late demand reads with no readahead about, as in a cold epoch, are not readahead's
-// doing); a step without one raises it by 1/8 (at least 1 read/s).
-// The rate stays between kMinRate and the cap, and never grows past twice the rate
-// readahead actually read at over the last period (kRatePeriod): a pace readahead does
-// not use (the reader is slow, the RAM tier is full) is no evidence the source could
-// bear it. The base is the minimum over the last 10-20 s (two 10 s buckets), so it
-// follows a source whose speed changes.
+// readahead: on an IOPS-throttled disk an unpaced readahead made demand misses wait for
+// the throttle's next slice, and the reader ran slower than with no readahead worth the
+// name (docs/benchmarks.md, "Prefetcher"). Readahead that is itself late costs nothing
+// (nobody waits on it), so the signal is the demand reads' latency; every source read,
+// readahead's too, feeds the base. Time is cut in steps of kStep (100 ms): the first
+// demand read of a step that took longer than base + max(base, 2 ms), while readahead
+// read from the source in the last two steps, cuts the rate by a quarter (a burst of
+// late reads is one event; late demand reads with no readahead about, as in a cold
+// epoch, are not readahead's doing); a step without one raises it by 1/8 (at least 1
+// read/s). The rate stays between kMinRate and the cap, and never grows past twice the
+// rate readahead actually read at over the last period (kRatePeriod): a pace readahead
+// does not use (the reader is slow, the RAM tier is full) is no evidence the source
+// could bear it. The base is the minimum over the last 10-20 s (two 10 s buckets), so
+// it follows a source whose speed changes.
 //
 // Depth. The rate says how often readahead may read the source; the depth says how
 // many of its reads may be in flight at once. A latency-bound source (a network
@@ -27,14 +27,16 @@
 // climbs a hill: while readahead keeps every slot busy (the depth is what holds it
 // back), a period doubles it, and the next period keeps the doubling only if reads
 // completed at least 15% faster for it, or took at most twice the base latency (none
-// waited behind another: on GlusterFS with a 1 ms brick delay the rate test alone
-// reached 32 in only some epochs of a few seconds); otherwise it is halved back and
-// held for kHoldPeriods before the next try. A period whose reads took at most twice
-// the base doubles it at once, without waiting out a hold. Separately, a period whose readahead reads took
-// over 4x the base latency + 2 ms shows the source queueing: late demand reads cut the
-// rate only then. On a latency-bound source a demand read is late by the network's own
-// jitter, not because readahead is ahead of it in a queue (measured on GlusterFS: the
-// rate was cut to 10 reads/s while the source could take many reads in flight).
+// waited behind another: on a busy latency-bound source the rate test alone is noise,
+// docs/benchmarks.md, "A latency-bound network source"); otherwise it is halved back
+// and held for kHoldPeriods before the next try. A period whose reads took at most
+// twice the base doubles it at once, without waiting out a hold. Separately, a period
+// whose readahead reads took over 4x the base latency + 2 ms shows the source queueing:
+// late demand reads cut the rate only then. On a latency-bound source a demand read is
+// late by the network's own jitter, not because readahead is ahead of it in a queue (on
+// GlusterFS, cutting at every late demand read held the rate at its floor while the
+// source could take many reads in flight: docs/benchmarks.md, "Figures behind design
+// choices").
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once

@@ -584,8 +584,8 @@ TEST_F(GlusterSourceTest, AppendingWriterWithConcurrentReadersLosesNothing) {
 // readers share the limit. --ram bounds what the daemon holds (RAM tier, SSD write
 // queue, index memory): two epochs over a data set 2.5x the limit run to the end,
 // nothing is OOM-killed and the daemon's peak RSS stays within --ram + 72 MB (the
-// issue's bound is 100 MB; before the write queue and the index came out of --ram,
-// this run peaked at --ram + 92 MB).
+// issue's bound is 100 MB; this run's peak before the write queue and the index came
+// out of --ram: docs/benchmarks.md, "Figures behind design choices").
 TEST_F(MountedDirsTest, DataTwoAndAHalfTimesAMemoryLimitNothingOomKilled) {
   constexpr uint64_t kLimit = 160ull << 20;
   const MemoryCgroup group(kLimit);

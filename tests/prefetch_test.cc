@@ -631,7 +631,7 @@ TEST_P(StreamTest, RestartWarmsTheRecordedMetadataUntilLookedUp) {
   auto s = m->Stats();
   EXPECT_EQ(s["metadata_warmed"], 199) << s.dump();  // the deleted file could not be opened
   // Pinned, or looked up already: the daemon lists the recorded folders at a restart
-  // (fs/kernel_listing.h), and a node takes its file's pin over.
+  // (kernel_cache/kernel_listing.h), and a node takes its file's pin over.
   EXPECT_LE(s["metadata_pins"].get<uint64_t>(), 199u) << s.dump();
   // The warm-up reads metadata only. The one source read there may be is the
   // readahead's, of the file rewritten while the daemon was down (its SSD entry is stale).
@@ -696,7 +696,7 @@ TEST_P(StreamTest, StreamingStaysWithinTheRamBudgetAndStopsAtUnmount) {
 
 INSTANTIATE_TEST_SUITE_P(Consistency, StreamTest, ::testing::Values("notify", "open"));
 
-// Pushing into the kernel's page cache (fs/page_cache_pusher.h). After a restart the
+// Pushing into the kernel's page cache (kernel_cache/page_cache_pusher.h). After a restart the
 // record's files stream from the SSD tier; once the reader lists the data set (as
 // torchvision's DatasetFolder does), the kernel knows their inodes and readahead
 // stores their bytes in its page cache, where reading them sends no READ.
@@ -807,9 +807,10 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
   s = m->Stats();
   // Only the changed files (a few reads each) reached the daemon.
   // Two epochs of 300 files: without pushing, 600 and more. The changed files take a
-  // few; in about one run in ten some 30 pushed files are read through the daemon
-  // all the same (their pages gone from the kernel for a reason not found yet:
-  // docs/architecture.md, "Pushed pages"), hence the bound.
+  // few; now and then some pushed files are read through the daemon all the same (their
+  // pages gone from the kernel for a reason not found yet: docs/architecture.md,
+  // "Pushed pages"; how often: docs/benchmarks.md, "Figures behind design choices"),
+  // hence the bound.
   EXPECT_LE(FileReads(s) - reads_before, 60u) << s.dump();
   if (GetParam() == std::string("notify")) {
     EXPECT_GE(s["access_opens"].get<uint64_t>(), 300u) << s.dump();
@@ -821,7 +822,7 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
 
 // A reader that never lists (it opens files by path from a list of its own) gives the
 // kernel no inode before each open. After a restart the daemon lists the recorded
-// folders itself (fs/kernel_listing.h), so readahead pushes ahead of that reader too:
+// folders itself (kernel_cache/kernel_listing.h), so readahead pushes ahead of that reader too:
 // its epoch costs few READs, and every byte is right.
 TEST_P(PushTest, AfterARestartAReaderThatNeverListsFindsItsFilesPushed) {
   const auto names = FillAndUnmount(300, {});
@@ -931,7 +932,7 @@ TEST_P(PushTest, UnderAMemoryLimitPushedPagesStayWithinTheRamBudget) {
   // meanwhile, and it may count both. What it counts was resident when it began (within
   // the budget, with slack for a drop that runs on the pusher's thread just after the
   // tier lets the pages go) or pushed since. (A bound of the budget plus a fixed slack
-  // failed about one run in two with the CPUs busy.)
+  // was flaky with the CPUs busy: docs/benchmarks.md, "Figures behind design choices".)
   const uint64_t pushed_before = stats()["pushed_bytes"].get<uint64_t>();
   const uint64_t resident = ResidentBytes(names);
   const uint64_t pushed_during = stats()["pushed_bytes"].get<uint64_t>() - pushed_before;

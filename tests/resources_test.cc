@@ -136,9 +136,9 @@ TEST_P(ResourcesTest, NoFdAndNoDeletedFileIsHeldOnceTheKernelForgets) {
 // Files and folders deleted underneath the mount after they were read: the kernel
 // forgets them on its own, without a cache drop or a look at the mount, and with them the
 // daemon's fds (and the disk space those held). In "open" mode the kernel's entries of
-// the deleted files stayed until reclaim, and with them 99.5 MiB of deleted files per
-// 1,000 read; in "notify" mode the access watcher's fanotify marks kept every deleted
-// folder's node.
+// the deleted files stayed until reclaim, and with them the disk space of every deleted
+// file read (docs/benchmarks.md, "Figures behind design choices"); in "notify" mode the
+// access watcher's fanotify marks kept every deleted folder's node.
 TEST_P(ResourcesTest, WhatIsDeletedUnderneathIsLetGoWithoutACacheDrop) {
   for (int d = 0; d < 4; d++) {
     fsys::create_directories(src_ / ("d" + std::to_string(d)));
@@ -173,8 +173,8 @@ TEST_P(ResourcesTest, WhatIsDeletedUnderneathIsLetGoWithoutACacheDrop) {
 
 // First reads of compressible files run about as fast as of incompressible ones: the
 // SSD writer syncs when its queue fills with chunks that compress to almost nothing,
-// instead of leaving every 16th reader waiting out the 1 s sync interval (with --ram
-// 64M, 200 x 1 MB of zeros took 24 s, against 2 s with --ram 1G).
+// instead of leaving every 16th reader waiting out the 1 s sync interval (what that
+// cost is in docs/benchmarks.md, "Figures behind design choices").
 TEST_P(ResourcesTest, CompressibleFirstReadsAreWithinTwiceIncompressibleOnes) {
   constexpr int kFiles = 120;
   const std::string zeros(1000000, '\0');
@@ -211,15 +211,15 @@ TEST_P(ResourcesTest, CompressibleFirstReadsAreWithinTwiceIncompressibleOnes) {
 }
 
 // What the daemon holds beyond --ram: code, thread stacks, libfuse's buffers, RocksDB's
-// own, allocator slack (docs/operations.md: about 45 MB).
+// own, allocator slack (measured: docs/operations.md), with a little room.
 constexpr uint64_t kFixedOverheadBytes = 48ull << 20;
 
 // 100,000 files of 100 bytes read once with --ram 64M, the daemon inside a 300 MB memory
 // cgroup: once the kernel has forgotten them, the daemon's RSS is within --ram and its
-// fixed overhead, and its unmount (the cache's flush) is not OOM-killed. (Each RAM entry
-// and each known file cost about 1.1 KB nothing counted: 300,000 such files took the
-// RSS to 362 MiB while the RAM tier reported 28.6 MiB, and the daemon was OOM-killed
-// during `epochfs umount` in a 300 MB cgroup, 3 runs of 3.)
+// fixed overhead, and its unmount (the cache's flush) is not OOM-killed. (Each RAM
+// entry and each known file used to cost memory nothing counted, and the daemon was
+// then OOM-killed during `epochfs umount`: docs/benchmarks.md, "Figures behind design
+// choices".)
 // (The default mode only: what --ram covers does not depend on it, and 100,000 opens
 // in "open" mode take a minute.)
 TEST_F(MountedDirsTest, ManySmallFilesStayWithinRamOnceTheKernelForgets) {
@@ -295,9 +295,10 @@ TEST_F(MountedDirsTest, RamBeyondTheCgroupsLimitIsRefusedAtMount) {
 }
 
 // An epoch record far larger than --ram's file table allows (a damaged one, or one
-// written under a much larger --ram) is ignored at mount instead of parsed whole: a 3 GB
-// one took the RSS to 6 GiB. Here 1,000,000 well-formed file lines (about 40 MB) under
-// --ram 64M, whose file table is 8 MiB.
+// written under a much larger --ram) is ignored at mount instead of parsed whole, which
+// sent the RSS far past --ram (docs/benchmarks.md, "Figures behind design choices").
+// Here 1,000,000 well-formed file lines (about 40 MB) under --ram 64M, whose file table
+// is 8 MiB.
 TEST_F(MountedDirsTest, AHugeEpochRecordIsIgnoredWithinRam) {
   WriteFile(src_ / "f", "x");
   AgeFile(src_ / "f", 3600);
@@ -319,8 +320,9 @@ TEST_F(MountedDirsTest, AHugeEpochRecordIsIgnoredWithinRam) {
 }
 
 // A plan of 4,000,000 entries is refused once it outgrows its share of --ram, without
-// the daemon's memory following it (it took a 506 MB peak under --ram 64M); and a user
-// writing bad plans in a loop leaves a few log lines, not hundreds of MB.
+// the daemon's memory following it (it used to, far past --ram: docs/benchmarks.md,
+// "Figures behind design choices"); and a user writing bad plans in a loop leaves a few
+// log lines, not hundreds of MB.
 TEST_P(ResourcesTest, HugePlansAndPlanFloodsStayBounded) {
   WriteFile(src_ / "f", "x");
   AgeFile(src_ / "f", 3600);

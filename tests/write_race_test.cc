@@ -5,7 +5,7 @@
 // when the daemon reads the request (fs/fuse/file.c, fuse_fill_write_pages and
 // fuse_send_write_pages). A store (fuse_lowlevel_notify_store) landing in that gap puts
 // old bytes over the new ones, and the WRITE then carries the old bytes to the source:
-// an acknowledged write is lost. fs/page_cache_pusher.h says how pushes are kept out of
+// an acknowledged write is lost. kernel_cache/page_cache_pusher.h says how pushes are kept out of
 // files open for writing.
 //
 // Several writer threads rewrite small files through the mount, as sixteen 4 KiB pwrites
@@ -15,8 +15,9 @@
 // returns, the writer reads the file back through the mount (a fresh open) and reads the
 // source directly: both must hold exactly what it wrote.
 //
-// The race is narrow (a few per 10,000 writes before the fix), so the run is long:
-// EPOCHFS_WRITE_RACE_SECONDS per mode (default 20; bench/write_race.sh runs it longer).
+// The race is narrow (how narrow: docs/benchmarks.md, "Figures behind design choices"),
+// so the run is long: EPOCHFS_WRITE_RACE_SECONDS per mode (default 20;
+// bench/write_race.sh runs it longer).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>

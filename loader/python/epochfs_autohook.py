@@ -14,8 +14,8 @@ CMD) gets the same from a .pth file in its interpreter's site-packages:
 every start: it loads this file by its absolute path (a user's site-packages is read
 before the system's are on the path) and registers an import hook, nothing else. So a
 Python that never imports torch.utils.data pays the load of one small module (it
-imports only os and sys, which every start has) and one comparison per import:
-measured, `python3 -c pass` took 17.9 ms with the .pth against 15.0 ms without. Once
+imports only os and sys, which every start has) and one comparison per import (the cost
+of a bare start, measured: docs/benchmarks.md, "Figures behind design choices"). Once
 the script imports torch.utils.data, epochfs.hook.install() runs, exactly as under
 `epochfs run`. Its data sets off epochfs mounts are left alone (hook.py).
 
@@ -33,10 +33,11 @@ PTH_NAME = "epochfs-autohook.pth"
 def pth_line(module_file):
     """The .pth line that loads `module_file` (this module, by absolute path) and
     registers the hook. A .pth line that starts with "import" is executed. It uses no
-    import machinery (importing importlib.util alone took 4.4 ms of every start): the
-    module needs only os and sys. A module that has gone (the package removed, the .pth left
-    behind) must not make every start print an error, so its existence is checked
-    first; one loaded already is left as it is."""
+    import machinery (importing importlib.util alone is a sizeable part of a bare start:
+    docs/benchmarks.md, "Figures behind design choices"): the module needs only os and
+    sys. A module that has gone (the package removed, the .pth left behind) must not
+    make every start print an error, so its existence is checked first; one loaded
+    already is left as it is."""
     return ("import os, sys; _f = %r; "
             "_m = os.path.exists(_f) and 'epochfs_autohook' not in sys.modules and "
             "type(sys)('epochfs_autohook'); "
