@@ -41,7 +41,7 @@ void KernelActivity::BeforeReadOnlyOpen(fs::Inode& node) {
   // The identity the kernel's attributes show: a store never changes its size, and
   // Push checks the source against it (and the RAM tier holds nothing else).
   if (std::optional<cache::SourceIdentity> id = fs_.inodes().KernelAttrId(node)) {
-    if (pusher->Push(*id) == prefetch::PushResult::kPushed) {
+    if (pusher->Push(*id) == PushResult::kPushed) {
       pushes_at_open_.fetch_add(1, std::memory_order_relaxed);
     }
   }

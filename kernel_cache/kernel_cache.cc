@@ -27,6 +27,9 @@ std::function<void(uint64_t, uint64_t)> KernelCache::drop_callback() const {
 fs::SourceObserver& KernelCache::Observe(const fs::SourceFs& fs, prefetch::Prefetcher* prefetcher) {
   prefetcher_ = prefetcher;
   activity_ = std::make_unique<KernelActivity>(fs, prefetcher);
+  // From now on readahead offers its files here; they wait for Start (and for their
+  // inodes) in the pusher.
+  if (pusher_ && prefetcher_) prefetcher_->AttachKernelPages(pusher_.get());
   return *activity_;
 }
 
@@ -44,6 +47,7 @@ void KernelCache::Start(const Mount& mount) {
     if (!access.ok()) {
       spdlog::warn("no pushing into the page cache: cannot see opens without fanotify ({})",
                    access.status().ToString());
+      mount.prefetcher->AttachKernelPages(nullptr);
       return;
     }
     access_ = std::move(*access);
@@ -68,7 +72,6 @@ void KernelCache::Start(const Mount& mount) {
   // through the mount in "notify" mode.
   fence_ = std::make_unique<WriteFence>(mount.open_mode ? std::filesystem::path() : mount.mountpoint);
   pusher_->Attach(mount.session, mount.fs->inodes(), *mount.cache, *mount.invalidator, *fence_);
-  mount.prefetcher->AttachKernelPages(pusher_.get());
   activity_->SetPusher(pusher_.get());
   // After a restart: a reader that never lists (it opens files by path from a list of
   // its own) gives the kernel no inode to push into before each open. The recorded
@@ -82,10 +85,10 @@ void KernelCache::Start(const Mount& mount) {
 }
 
 void KernelCache::Stop() {
+  if (prefetcher_) prefetcher_->AttachKernelPages(nullptr);
   if (!started_) return;
   started_ = false;
   if (listing_) listing_->Stop();
-  if (prefetcher_) prefetcher_->AttachKernelPages(nullptr);
   activity_->SetPusher(nullptr);
   pusher_->Detach();
   activity_->SetAccessWatcher(nullptr);

@@ -5,7 +5,8 @@
 // fill them. Under a memory limit both are charged to --ram and dropped as the epoch
 // policy lets them go. This module owns all of it:
 //  - pushing (PageCachePusher): what readahead offers through prefetch::KernelPages,
-//    behind a WriteFence that keeps writers through the mount out meanwhile;
+//    behind a WriteFence that keeps writers through the mount out meanwhile, and the
+//    retries of offers whose file the kernel has no inode for yet;
 //  - what the kernel holds, per file: recorded on the file's node (fs/inode_table.h,
 //    residency) by the pushes and by the READs SourceFs reports to this module's
 //    observer (KernelActivity), and read back by readahead to pass over what the kernel

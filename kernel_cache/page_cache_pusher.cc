@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "base/thread_name.h"
 #include "fmt/format.h"
@@ -88,8 +89,7 @@ bool PageCachePusher::MayStore(fs::Inode& node, const cache::SourceIdentity& fil
   return false;
 }
 
-prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
-  using prefetch::PushResult;
+PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
   std::shared_lock attached(attach_mu_);
   if (session_ == nullptr) return PushResult::kRefused;
   std::shared_ptr<fs::Inode> node = inodes_->FindBySource(file.dev, file.ino);
@@ -169,6 +169,47 @@ prefetch::PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
   return PushResult::kPushed;
 }
 
+void PageCachePusher::Offer(const cache::SourceIdentity& file) {
+  {
+    std::shared_lock attached(attach_mu_);
+    if (session_ != nullptr && Push(file) != PushResult::kNotKnown) return;
+  }
+  MutexLock lock(drops_mu_);
+  if (waiting_.size() < kMaxWaiting) waiting_.push_back(file);
+  // The drop thread waits for time while offers wait; wake it from an untimed wait.
+  if (waiting_.size() == 1) drops_cv_.notify_one();
+}
+
+void PageCachePusher::RetryWaiting(std::vector<cache::SourceIdentity> waiting) {
+  std::vector<cache::SourceIdentity> still;
+  {
+    std::shared_lock attached(attach_mu_);
+    if (session_ == nullptr) {
+      still = std::move(waiting);  // not attached yet: they wait on
+    } else {
+      for (const cache::SourceIdentity& id : waiting) {
+        if (inodes_->FindBySource(id.dev, id.ino) == nullptr) {
+          still.push_back(id);  // the kernel has not looked it up yet
+          continue;
+        }
+        // Gone from RAM meanwhile (evicted, or read and replaced), or the kernel got the
+        // whole file by READs (the reader came first): nothing to push.
+        if (!cache_->HoldsInRam(id)) continue;
+        if (const auto node = inodes_->FindBySource(id.dev, id.ino);
+            node && inodes_->KernelHoldsWhole(*node)) {
+          continue;
+        }
+        if (Push(id) == PushResult::kNotKnown) still.push_back(id);
+      }
+    }
+  }
+  if (still.empty()) return;
+  MutexLock lock(drops_mu_);
+  still.insert(still.end(), waiting_.begin(), waiting_.end());
+  if (still.size() > kMaxWaiting) still.resize(kMaxWaiting);
+  waiting_.swap(still);
+}
+
 bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
   std::shared_lock attached(attach_mu_);
   return inodes_ != nullptr && inodes_->FindBySource(file.dev, file.ino) != nullptr;
@@ -217,6 +258,7 @@ void PageCachePusher::AfterWholeRead(fs::Inode& node, const cache::SourceIdentit
 void PageCachePusher::RunDrops() {
   NameThisThread("page-drops");
   std::vector<std::pair<uint64_t, uint64_t>> batch;
+  std::vector<cache::SourceIdentity> retry;
   size_t from_reads = 0;
   while (true) {
     {
@@ -224,6 +266,10 @@ void PageCachePusher::RunDrops() {
       while (true) {
         if (stop_) return;
         const auto now = std::chrono::steady_clock::now();
+        if (!waiting_.empty() && now >= next_retry_) {
+          retry.swap(waiting_);
+          next_retry_ = now + kRetryPeriod;
+        }
         while (!read_drops_.empty() && read_drops_.front().due <= now) {
           batch.emplace_back(read_drops_.front().dev, read_drops_.front().ino);
           read_drops_.pop_front();
@@ -237,11 +283,12 @@ void PageCachePusher::RunDrops() {
           batch.insert(batch.end(), drops_.begin(), drops_.end());
           drops_.clear();
         }
-        if (!batch.empty()) break;
+        if (!batch.empty() || !retry.empty()) break;
         std::optional<std::chrono::steady_clock::time_point> next;
         for (const auto* later : {&read_drops_, &put_off_drops_}) {
           if (!later->empty() && (!next || later->front().due < *next)) next = later->front().due;
         }
+        if (!waiting_.empty() && (!next || next_retry_ < *next)) next = next_retry_;
         if (next) {
           lock.WaitFor(drops_cv_, *next - now);
         } else {
@@ -249,6 +296,7 @@ void PageCachePusher::RunDrops() {
         }
       }
     }
+    if (!retry.empty()) RetryWaiting(std::exchange(retry, {}));
     reads_dropped_.fetch_add(from_reads, std::memory_order_relaxed);
     from_reads = 0;
     std::shared_lock attached(attach_mu_);

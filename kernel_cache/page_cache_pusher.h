@@ -58,6 +58,14 @@
 
 namespace epochfs::kernel_cache {
 
+// What PageCachePusher::Push did.
+enum class PushResult : uint8_t {
+  kPushed,    // the bytes are in the kernel's page cache now
+  kNotKnown,  // the kernel has no inode for the file yet: worth trying again later
+  kRefused,   // not now and not later (changed, being written, another size, an error)
+};
+
+
 class PageCachePusher final : public prefetch::KernelPages {
  public:
   // Made before the cache (whose CacheOptions::drop_kernel_pages calls DropLater) and
@@ -86,10 +94,19 @@ class PageCachePusher final : public prefetch::KernelPages {
   void Detach();
   bool one_copy() const { return one_copy_; }
 
-  // prefetch::KernelPages
-  prefetch::PushResult Push(const cache::SourceIdentity& file) override;
-  bool Knows(const cache::SourceIdentity& file) const override;
+  // prefetch::KernelPages. An offer made before Attach, or whose file the kernel has no
+  // inode for yet, waits (at most kMaxWaiting of them) and is retried every kRetryPeriod
+  // on this class's thread.
+  void Offer(const cache::SourceIdentity& file) override;
   bool HoldsWhole(uint64_t dev, uint64_t ino) const override;
+  // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
+  // page cache now. Unless kPushed, the bytes stay in RAM.
+  PushResult Push(const cache::SourceIdentity& file);
+  // Whether the kernel has an inode for `file` now (cheap: no kernel call).
+  bool Knows(const cache::SourceIdentity& file) const;
+
+  static constexpr size_t kMaxWaiting = 1 << 16;
+  static constexpr std::chrono::milliseconds kRetryPeriod{20};
 
   // Queues a drop of file (dev, ino)'s pages (the RAM tier let go of them).
   void DropLater(uint64_t dev, uint64_t ino);
@@ -124,6 +141,8 @@ class PageCachePusher final : public prefetch::KernelPages {
 
  private:
   void RunDrops();
+  // Offers waiting for their file's inode, tried again; on the drop thread.
+  void RetryWaiting(std::vector<cache::SourceIdentity> waiting);
   // Whether `node` is a file the kernel may get `file`'s bytes for; under open_order.
   bool MayStore(fs::Inode& node, const cache::SourceIdentity& file,
                 const fs::InodeTable::Observation& seen);
@@ -151,6 +170,9 @@ class PageCachePusher final : public prefetch::KernelPages {
   };
   std::deque<LaterDrop> read_drops_ GUARDED_BY(drops_mu_);
   std::deque<LaterDrop> put_off_drops_ GUARDED_BY(drops_mu_);
+  // Offers waiting for their file's inode (or for Attach), in offer order.
+  std::vector<cache::SourceIdentity> waiting_ GUARDED_BY(drops_mu_);
+  std::chrono::steady_clock::time_point next_retry_ GUARDED_BY(drops_mu_){};
 
   std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, not_known_{0}, refused_{0},
       writers_open_{0}, store_errors_{0}, dropped_after_{0}, reads_moved_{0}, reads_dropped_{0};

@@ -86,9 +86,6 @@ constexpr size_t kPlanStreamBatch = 8;
 // one place at a time would otherwise turn streaming into one small read per file.
 constexpr uint32_t kMinStreamBatch = 16;
 
-// At most this many files wait for their inode to be pushed (RetryPushes): a bound,
-// not a size the RAM tier cannot hold anyway.
-constexpr size_t kMaxUnpushed = 1 << 16;
 // Fills: how many plan entries one look may pass over, how often the SSD tier's room is
 // read, and how full the tier may get from them.
 constexpr size_t kFillScan = 256;
@@ -213,7 +210,6 @@ class PrefetcherImpl final : public Prefetcher {
   // OPEN, warm epochs with a published plan were slower than without one until then:
   // docs/benchmarks.md, "Figures behind design choices").
   bool MayHaveWorkLocked() REQUIRES(mu_) {
-    if (!unpushed_.empty()) return true;
     switch (PatternLocked()) {
       case Pattern::kShuffled:
         return !(pack_order_epoch_ == epoch_ && shuffled_next_ >= catalog_.size());
@@ -279,12 +275,9 @@ class PrefetcherImpl final : public Prefetcher {
   // Streams what the SSD tier holds of `batch` into RAM; returns the rest.
   std::vector<Candidate> StreamBatch(std::vector<Candidate> batch);
   void Fetch(const Candidate& candidate);
-  // Moves a file readahead just brought into RAM on into the kernel's page cache, if a
+  // Offers a file readahead just brought into RAM to the kernel's page cache, if a
   // KernelPages is attached and the reader has not read it yet.
   void PushToKernel(const cache::SourceIdentity& id) EXCLUDES(mu_);
-  // Tries again the pushes the kernel could not take for want of the inode (the files
-  // were read ahead before their first LOOKUP or listing); called by idle workers.
-  void RetryPushes() EXCLUDES(mu_);
   void WaitForDemandReads() const;
   void LoadRecord();
   void SaveRecordLocked() REQUIRES(mu_);
@@ -368,9 +361,6 @@ class PrefetcherImpl final : public Prefetcher {
   uint64_t files_untracked_ GUARDED_BY(mu_) = 0;
 
   std::atomic<KernelPages*> kernel_pages_{nullptr};  // AttachKernelPages
-  // Files in RAM whose push found no inode in the kernel yet (RetryPushes).
-  std::vector<cache::SourceIdentity> unpushed_ GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point next_retry_ GUARDED_BY(mu_){};
   std::vector<std::thread> workers_;
 };
 
@@ -852,16 +842,6 @@ void PrefetcherImpl::Work(uint32_t index) {
         }
         if (!streaming) WaitForBudgetLocked(lock);
         if (stop_) return;
-        // Files already in RAM first: with the tier full, pushing them is all there is
-        // to do, and it is what frees room (the kernel's pages are read without a READ).
-        if (!unpushed_.empty() && kernel_pages_.load() != nullptr &&
-            std::chrono::steady_clock::now() >= next_retry_) {
-          next_retry_ = std::chrono::steady_clock::now() + kIdleWait;
-          lock.Unlock();
-          RetryPushes();
-          lock.Lock();
-          continue;
-        }
         if (streaming && !RoomForStreamLocked()) {
           lock.WaitFor(cv_, kIdleWait);
           continue;
@@ -888,8 +868,7 @@ void PrefetcherImpl::Work(uint32_t index) {
         }
         // Work comes with an access, a plan or a new epoch (each notifies), except
         // pushes to retry and a plan's fills, which wait for time (the SSD tier's room).
-        const bool timed = !unpushed_.empty() || (PatternLocked() == Pattern::kPublished &&
-                                                  options_.ssd_budget != 0);
+        const bool timed = PatternLocked() == Pattern::kPublished && options_.ssd_budget != 0;
         lock.WaitFor(cv_, timed ? kIdleWait : kQuietWait);
       }
     }
@@ -1037,38 +1016,12 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
 void PrefetcherImpl::PushToKernel(const cache::SourceIdentity& id) {
   if (!options_.push_to_kernel) return;
   KernelPages* pages = kernel_pages_.load();
+  if (pages == nullptr) return;
   {
     MutexLock lock(mu_);
     if (accessed_.count(FileKey{id.dev, id.ino}) != 0) return;  // the reader got there first
   }
-  // Not attached yet (readahead starts before the mount answers): pushed once it is.
-  if (pages != nullptr && pages->Push(id) != PushResult::kNotKnown) return;
-  MutexLock lock(mu_);
-  if (unpushed_.size() < kMaxUnpushed) unpushed_.push_back(id);
-}
-
-void PrefetcherImpl::RetryPushes() {
-  KernelPages* pages = kernel_pages_.load();
-  std::vector<cache::SourceIdentity> retry;
-  {
-    MutexLock lock(mu_);
-    if (pages == nullptr || unpushed_.empty()) return;
-    retry.swap(unpushed_);
-  }
-  std::vector<cache::SourceIdentity> still;
-  for (const cache::SourceIdentity& id : retry) {
-    {
-      MutexLock lock(mu_);
-      if (stop_) return;
-      if (accessed_.count(FileKey{id.dev, id.ino}) != 0) continue;  // read meanwhile
-    }
-    // Gone from RAM meanwhile (evicted, or read and replaced): nothing to push.
-    if (!cache_->HoldsInRam(id)) continue;
-    if (!pages->Knows(id) || pages->Push(id) == PushResult::kNotKnown) still.push_back(id);
-  }
-  MutexLock lock(mu_);
-  still.insert(still.end(), unpushed_.begin(), unpushed_.end());
-  unpushed_.swap(still);
+  pages->Offer(id);  // now, or once the kernel has the file's inode (kernel_pages.h)
 }
 
 PrefetcherStats PrefetcherImpl::Stats() const {

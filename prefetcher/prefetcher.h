@@ -130,8 +130,8 @@ struct PrefetcherOptions {
   // room (below 90% of this): the source is then busy while the reader hits the tiers,
   // not when it reaches them.
   uint64_t ssd_budget = 0;
-  // Files readahead brings into RAM move on into the kernel's page cache once a
-  // KernelPages is attached (AttachKernelPages); those landed before are kept for then.
+  // Files readahead brings into RAM are offered to the kernel's page cache once a
+  // KernelPages is attached (AttachKernelPages).
   bool push_to_kernel = false;
   // Where the file list and the last epoch's order are kept across restarts (rewritten
   // at each epoch boundary, loaded at Create); empty: nothing is kept.
@@ -222,9 +222,9 @@ class Prefetcher {
   // this epoch stays read).
   virtual void Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) = 0;
 
-  // From now on, files readahead brings into RAM move on into the kernel's page cache
-  // through `pages` (null: no more). Set once the FUSE session exists; set back to null
-  // before `pages` goes away (a push already running finishes on its own).
+  // From now on, files readahead brings into RAM are offered to `pages` (null: no more),
+  // which pushes them into the kernel's page cache when it can (kernel_pages.h). Set back
+  // to null before `pages` goes away (an offer already running finishes on its own).
   virtual void AttachKernelPages(KernelPages* pages) = 0;
 
   // The paths of every file known so far (those the epoch record remembered at
