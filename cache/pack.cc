@@ -150,6 +150,11 @@ Result<ChunkBytes> DecodeEntryData(const EntryHeader& header,
 
 Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored) {
   if (stored.size() < header.stored_len) return Status::Corruption("partial entry data");
+  if (header.codec == Codec::kRaw) {
+    stored = stored.first(header.stored_len);
+    EPOCHFS_RETURN_IF_ERROR(CheckRaw(stored, header.plain_len, header.checksum));
+    return ChunkBytes::Copy(stored);
+  }
   Result<std::string> plain =
       Decode(header.codec, stored.first(header.stored_len), header.plain_len, header.checksum);
   if (!plain.ok()) return plain.status();
