@@ -59,6 +59,7 @@ ReadaheadGate::ReadaheadGate(std::function<double()> cpu_busy,
       phase_start_(period_start_),
       last_hit_(period_start_),
       measure_start_(period_start_),
+      depth_changed_(period_start_),
       next_probe_(period_start_),
       on_hold_(kFirstHold),
       off_hold_(kOffHold) {}
@@ -91,7 +92,7 @@ void ReadaheadGate::EndPeriodLocked(Clock::time_point now) {
   const double rate = Rate(period_accesses_, now - period_start_);
   const bool active = period_accesses_ >= kMinAccesses;
   const bool late = period_hits_ + period_overtaken_ >= kMinAccesses / 2 &&
-                    period_overtaken_ >= period_hits_;
+                    period_overtaken_ >= period_hits_ && now - depth_changed_ >= 2 * kPeriod;
   const double busy = cpu_busy_();
   period_start_ = now;
   period_accesses_ = period_hits_ = period_overtaken_ = 0;
@@ -193,6 +194,17 @@ void ReadaheadGate::OnNewEpoch() {
   epoch_start_ = true;
   period_start_ = now;
   period_accesses_ = period_hits_ = period_overtaken_ = 0;
+}
+
+uint32_t ReadaheadGate::Depth(uint32_t wanted) {
+  MutexLock lock(mu_);
+  const Clock::time_point now = now_();
+  AdvanceLocked(now);
+  if (wanted != depth_) {
+    depth_ = wanted;
+    depth_changed_ = now;
+  }
+  return state_ == State::kOn || state_ == State::kTrying ? wanted : 0;
 }
 
 bool ReadaheadGate::Allows() {

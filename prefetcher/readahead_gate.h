@@ -2,45 +2,44 @@
 // are faster with it than without it. The SourcePacer (source_pacer.h) sets how fast
 // and how deep readahead reads the source; this gate turns it off when it does not pay.
 //
-// Why: readahead's work is never free. Each file it brings costs the daemon a source
-// read, a copy and a push into the page cache, on the same cores as the readers and, on
-// a network filesystem run locally, the filesystem's own client and server. On a
-// CPU-bound source the readers gain nothing from a file read ahead that they would have
-// read themselves at the same cost, and lose whatever the extra work and threads cost;
-// readahead that the readers overtake (they ask for a file it has taken and not yet
-// brought) only doubles the work. On a latency-bound source (each read waits a round
-// trip that costs no CPU) many reads in flight are the whole gain.
+// Why: readahead's work is not free. Each file it brings costs the daemon a source
+// read, a copy and a push into the page cache, on the same cores as the readers and,
+// for a network filesystem run locally, the filesystem's own client and server. Where
+// the CPU is the bound, readahead that is ahead of the readers does their reads early
+// at about the same cost (and saves each a request to the daemon); readahead that the
+// readers overtake (they ask for a file it has taken and not brought yet) only adds its
+// threads and its opens to what they do anyway. On a latency-bound source (each read
+// waits a round trip that costs no CPU) many reads in flight are the whole gain.
 //
 // The algorithm. Time is cut in periods of kPeriod. The prefetcher reports every first
 // access of an epoch as a hit (readahead had brought the file), overtaken (readahead
 // had taken it and not brought it yet) or a miss (readahead never took it). While the
-// gate is on, a *suspect* stretch starts a probe: the readers overtook readahead as often
-// as they found its files ready, two periods in a row; or the CPU was saturated (busy
-// at least kBusy of each period, from /proc/stat) for kSaturatedPeriods in a row. The
-// CPU alone waits longer: readahead that is ahead of the readers mostly does their
-// reads early rather than more reads, and a probe costs a latency-bound source a
-// noticeable part of a short epoch. The probe pauses readahead (zero reads in
-// flight), lets the readers use up what it had brought (until no access is a hit for
-// kDrainQuiet, at most kMaxDrain), then counts the readers' accesses for kMeasure and
-// compares that rate with the rate of the kMeasure before the pause (the first period
-// of an epoch, the readers starting up, is left out). Which way the doubt falls
-// depends on what started the probe. Readers that overtook readahead only joined reads
-// they would have made anyway: readahead comes back only if they were at least kGain
-// faster with it. Readahead that was ahead of them (only the CPU was saturated) did
-// their reads early, at the same cost, and saved each a request to the daemon: it goes
-// only if they were at least kHarm faster without it (measured on GlusterFS's local,
-// CPU-bound brick with a plan: readahead ahead of the readers made them faster more
-// often than not, and a coin-flip threshold turned it off in a noisy period). When
-// readahead stays, the next probe
-// waits a hold that doubles each time readahead is kept (kFirstHold up to kMaxHold), so
-// a source where it pays loses little to probing. Otherwise the gate stays off (no
-// reads in flight) and every kOffHold (doubling, up to kMaxHold, while it keeps
-// failing) tries readahead again: on for kWarmUp, not counted (readahead has to get
-// ahead of the readers first), then kMeasure counted against the off rate measured just
-// before; kGain faster turns it back on. A new epoch restarts the measurement (the
-// readers' rate starts anew) and, if off, tries readahead again after kWarmUp of it.
-// Only the readers' own rate decides: it is what readahead is for, and it includes
-// every cost readahead puts on the machine, whatever the source.
+// gate is on, a *suspect* stretch starts a probe:
+//  - late: the readers overtook readahead as often as they found its files ready, two
+//    periods in a row, with the depth it was given unchanged for as long (a depth still
+//    climbing is the pacer's answer to being overtaken on a latency-bound source;
+//    pausing it there stalled the climb and cost the published epoch on GlusterFS with
+//    a 1 ms brick delay);
+//  - saturated: the CPU busy at least kBusy (/proc/stat) for kSaturatedPeriods in a row.
+//    The CPU alone waits longer, since readahead ahead of the readers mostly does their
+//    reads early rather than more reads, and each probe costs a latency-bound source a
+//    part of a short epoch.
+// The probe pauses readahead (zero reads in flight), lets the readers use up what it
+// had brought (until no access is a hit for kDrainQuiet, at most kMaxDrain), counts
+// their accesses for kMeasure, and compares that rate with the rate of the last two
+// periods before the pause (an epoch's first period, the readers starting up, is left
+// out). Late readahead comes back only if the readers were at least kGain faster with
+// it; readahead that was ahead of them goes only if they were at least kHarm faster
+// without it (on GlusterFS's local, CPU-bound brick, readahead with a plan made the
+// readers faster in more rounds than not, and a coin-flip threshold turned it off in
+// noisy periods). Kept, the next probe waits a hold that doubles each time (kFirstHold
+// up to kMaxHold), so a source where it pays loses little to probing. Off, nothing is in
+// flight; after kOffHold (doubling up to kMaxHold while it keeps failing), and as soon
+// as a new epoch's rate without it is known, readahead is tried: on for kWarmUp, not
+// counted (it has to get ahead of the readers first), then kMeasure counted; kGain
+// faster than the rate just before turns it back on. Only the readers' own rate
+// decides: it is what readahead is for, and it includes every cost readahead puts on
+// the machine, whatever the source.
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once
@@ -92,8 +91,9 @@ class ReadaheadGate {
   // Whether readahead may start new work now (advances the periods: workers call it).
   // Returns the same as open() after advancing.
   bool Allows();
-  // The depth readahead may use: `wanted` (the pacer's) while allowed, else 0.
-  uint32_t Depth(uint32_t wanted) { return Allows() ? wanted : 0; }
+  // The depth readahead may use: `wanted` (the pacer's) while allowed, else 0. Notes
+  // when `wanted` changes (a depth still changing is not suspect).
+  uint32_t Depth(uint32_t wanted);
 
   State state() const;
   uint64_t offs() const;    // times a probe turned readahead off
@@ -122,6 +122,8 @@ class ReadaheadGate {
   bool epoch_start_ GUARDED_BY(mu_) = true;        // the next period is an epoch's first
   uint32_t saturated_periods_ GUARDED_BY(mu_) = 0;  // in a row, readahead on
   uint32_t late_periods_ GUARDED_BY(mu_) = 0;       // in a row, readahead on
+  uint32_t depth_ GUARDED_BY(mu_) = 0;              // the last `wanted` given to Depth
+  Clock::time_point depth_changed_ GUARDED_BY(mu_);
   // The probe in progress.
   Clock::time_point phase_start_ GUARDED_BY(mu_);  // when this state began
   Clock::time_point last_hit_ GUARDED_BY(mu_);

@@ -134,6 +134,22 @@ TEST(ReadaheadGate, ALatencyBoundSourceWithAGainStaysOnAndDeep) {
   EXPECT_LE(sim.gate().probes() - probes, 3u);
 }
 
+TEST(ReadaheadGate, OvertakenWhileTheDepthStillClimbsIsNotSuspect) {
+  // A latency-bound source at the start of an epoch: the readers overtake readahead
+  // while the pacer doubles its depth every 250 ms; once it is deep enough they do not.
+  Sim sim(Readers{.with_rate = 800, .without_rate = 500, .with = Access::kOvertaken, .lead = 0},
+          /*busy=*/0.3);
+  for (uint32_t depth = 4; depth <= 32; depth *= 2) {
+    EXPECT_EQ(sim.gate().Depth(depth), depth);
+    sim.Run(milliseconds(250));
+  }
+  EXPECT_EQ(sim.gate().probes(), 0u);
+  EXPECT_EQ(sim.gate().Depth(32), 32u);
+  // The same depth from now on, and still overtaken: now it is suspect.
+  sim.Run(milliseconds(800));
+  EXPECT_EQ(sim.gate().probes(), 1u);
+}
+
 TEST(ReadaheadGate, AnIdleCpuAndReadersFindingTheirFilesNeverProbe) {
   Sim sim(Readers{.with_rate = 1000, .without_rate = 1000}, /*busy=*/0.5);
   sim.Run(std::chrono::seconds(10));
