@@ -55,6 +55,8 @@ from multinode_bench import BenchError, Volume, make_dataset, sh  # noqa: E402
 
 MiB = 1 << 20
 CONFIGS = ("direct", "epochfs", "epochfs plan")
+# With --baseline: the same two epochfs rows with another binary, in the same rounds.
+BASE_CONFIGS = ("base epochfs", "base epochfs plan")
 _CTX = mp.get_context("fork")
 
 
@@ -111,6 +113,8 @@ class Bench:
         self.epochfs_mount: str | None = None
         self.paths: list[str] = []
         self.runs: list[dict] = []
+        self.configs = CONFIGS + (BASE_CONFIGS if a.baseline else ())
+        self.binary = a.epochfs  # the binary of the configuration running now
 
     def order(self, epoch: int) -> list[str]:
         order = list(self.paths)
@@ -118,11 +122,11 @@ class Bench:
         return order
 
     def status(self) -> dict:
-        return json.loads(sh([self.a.epochfs, "status", self.epochfs_mount, "--json"]))
+        return json.loads(sh([self.binary, "status", self.epochfs_mount, "--json"]))
 
     def stop_config(self) -> None:
         if self.epochfs_mount:
-            subprocess.run([self.a.epochfs, "umount", self.epochfs_mount], capture_output=True, timeout=120)
+            subprocess.run([self.binary, "umount", self.epochfs_mount], capture_output=True, timeout=120)
             unmount(self.epochfs_mount)
             self.epochfs_mount = None
         self.volume.unmount_clients()
@@ -132,6 +136,7 @@ class Bench:
         log(f"round {round_no}: {config}")
         run = {"config": config, "round": round_no, "epochs": []}
         client = os.path.join(a.workdir, "client")
+        self.binary = a.baseline if config.startswith("base ") else a.epochfs
         try:
             self.volume.mount_clients([client])
             root = client
@@ -139,7 +144,7 @@ class Bench:
                 mnt, cache = os.path.join(a.workdir, "mnt"), os.path.join(a.workdir, "cache")
                 shutil.rmtree(cache, ignore_errors=True)
                 os.makedirs(mnt, exist_ok=True)
-                sh([a.epochfs, "mount", client, mnt, "--cache-dir", cache, "--ram", a.ram,
+                sh([self.binary, "mount", client, mnt, "--cache-dir", cache, "--ram", a.ram,
                     "--log-level", "warn", *a.epochfs_arg])
                 self.epochfs_mount = root = mnt
             drop_caches()
@@ -157,7 +162,7 @@ class Bench:
                 busy0, gluster0 = machine_busy_s(), named_processes_cpu(GLUSTER_PROCESSES)
                 daemon0 = (proc_cpu_seconds(before["pid"]) or 0.0) if before else 0.0
                 t0 = time.monotonic()
-                if config == "epochfs plan":
+                if config.endswith("epochfs plan"):
                     # Part of the epoch: a loader publishes its order before the first read.
                     with open(os.path.join(root, ".epochfs", "plan"), "w") as f:
                         f.write("epochfs-plan 1\n" + "".join(p + "\n" for p in order) + "\n")
@@ -193,13 +198,19 @@ class Bench:
                              pace_reads_per_s=round(after.get("prefetch_pace_reads_per_s", 0)),
                              pace_slowdowns=after.get("prefetch_pace_slowdowns", 0) - before.get(
                                  "prefetch_pace_slowdowns", 0),
-                             base_latency_us=after.get("source_base_latency_us"))
+                             base_latency_us=after.get("source_base_latency_us"),
+                             # Absent from binaries without the readahead gate.
+                             gate=after.get("readahead_gate"),
+                             gate_offs=after.get("readahead_gate_offs", 0) - before.get("readahead_gate_offs", 0),
+                             overtaken=after.get("prefetch_overtaken", 0) - before.get("prefetch_overtaken", 0))
                 run["epochs"].append(e)
                 extra = ""
                 if "requests" in e:
                     extra = (f"; read ahead {e['prefetch_hits']}, pushed {e['pushed_mib']:.0f} MiB, "
                              f"requests {e['requests']}, depth {e['source_depth']}, pace {e['pace_reads_per_s']}/s "
                              f"({e['pace_slowdowns']} cuts), base {e['base_latency_us']} us")
+                    if e["gate"] is not None:
+                        extra += f", overtaken {e['overtaken']}, gate {e['gate']} ({e['gate_offs']} offs)"
                 extra += (f"; CPU {100 * e['cpu']['busy_fraction']:.0f}% busy, per file GlusterFS "
                           f"{e['cpu']['glusterfs_ms_per_file']:.2f} ms + epochfs {e['cpu']['epochfs_ms_per_file']:.2f} "
                           f"ms + rest {e['cpu']['rest_ms_per_file']:.2f} ms")
@@ -228,7 +239,7 @@ class Bench:
     def summarize(self) -> dict:
         """Per config: epoch 1's files/s and the warm epochs', per round and their median."""
         out = {}
-        for c in CONFIGS:
+        for c in self.configs:
             mine = [r for r in self.runs if r["config"] == c and not r.get("error")]
             e1 = [r["epochs"][0]["files_per_s"] for r in mine]
             warm = [statistics.mean(e["files_per_s"] for e in r["epochs"][1:]) for r in mine if r["epochs"][1:]]
@@ -266,36 +277,38 @@ class Bench:
                    if s[c][key + "_median"] and s["direct"][key + "_median"] else None)
             return {"value": med, "per_round": per_round}
         t = []
-        for name, c, key, goal in (
-                ("epoch 1 >= 1.0x the readers on GlusterFS directly", "epochfs", "epoch1", 1.0),
+        rows = [("epoch 1 >= 1.0x the readers on GlusterFS directly", "epochfs", "epoch1", 1.0),
                 ("epoch 1 with a published plan >= 2x the readers on GlusterFS directly", "epochfs plan",
                  "epoch1", 2.0),
                 ("warm epochs >= 1.0x GlusterFS's own warm client", "epochfs", "warm", 1.0),
-                ("warm epochs, plan published, >= 1.0x GlusterFS's own warm client", "epochfs plan", "warm", 1.0)):
+                ("warm epochs, plan published, >= 1.0x GlusterFS's own warm client", "epochfs plan", "warm", 1.0)]
+        if self.a.baseline:
+            rows += [("(baseline) " + name, "base " + c, key, goal) for name, c, key, goal in rows]
+        for name, c, key, goal in rows:
             r = ratio(c, key)
             r.update(target=name, status="n/a" if r["value"] is None else ("PASS" if r["value"] >= goal else "MISS"))
             t.append(r)
         return t
 
     def report(self, s: dict, targets: list[dict]) -> str:
-        lines = [f"{'row':<14} {'epoch 1 files/s (rounds)':<30} {'median':>7} {'warm files/s (rounds)':<30} "
+        lines = [f"{'row':<17} {'epoch 1 files/s (rounds)':<30} {'median':>7} {'warm files/s (rounds)':<30} "
                  f"{'median':>7}"]
-        for c in CONFIGS:
+        for c in self.configs:
             d = s[c]
-            lines.append(f"{c:<14} {' / '.join(f'{v:.0f}' for v in d['epoch1_files_per_s']):<30} "
+            lines.append(f"{c:<17} {' / '.join(f'{v:.0f}' for v in d['epoch1_files_per_s']):<30} "
                          f"{d['epoch1_median'] or 0:>7.0f} {' / '.join(f'{v:.0f}' for v in d['warm_files_per_s']):<30} "
                          f"{d['warm_median'] or 0:>7.0f}")
-        if any("epoch1_cpu_ms_per_file" in s[c] for c in CONFIGS):
+        if any("epoch1_cpu_ms_per_file" in s[c] for c in self.configs):
             lines.append("")
-            lines.append(f"{'epoch 1 CPU':<14} {'ms per file: bricks + client + epochfs + rest':<46} {'busy':>5} "
+            lines.append(f"{'epoch 1 CPU':<17} {'ms per file: bricks + client + epochfs + rest':<46} {'busy':>5} "
                          f"{'cores allow':>12} {'without bricks':>15}")
-            for c in CONFIGS:
+            for c in self.configs:
                 d = s[c]
                 if "epoch1_cpu_ms_per_file" not in d:
                     continue
                 ms = d["epoch1_cpu_ms_per_file"]
                 parts = " + ".join(f"{ms[k]:.2f}" for k in ("brick", "glusterfs_client", "epochfs", "rest"))
-                lines.append(f"{c:<14} {parts:<46} {100 * d['epoch1_busy_fraction']:>4.0f}% "
+                lines.append(f"{c:<17} {parts:<46} {100 * d['epoch1_busy_fraction']:>4.0f}% "
                              f"{d['epoch1_cpu_bound_files_per_s'] or 0:>12} "
                              f"{d['epoch1_cpu_bound_without_bricks_files_per_s'] or 0:>15}")
         for r in self.runs:
@@ -314,10 +327,10 @@ class Bench:
             log("matplotlib missing: no plot")
             return
         fig, ax = plt.subplots(figsize=(7, 4))
-        width = 0.27
-        for j, c in enumerate(CONFIGS):
+        width = 0.8 / len(self.configs)
+        for j, c in enumerate(self.configs):
             vals = [s[c]["epoch1_median"] or 0, s[c]["warm_median"] or 0]
-            xs = [i + (j - 1) * width for i in range(2)]
+            xs = [i + (j - (len(self.configs) - 1) / 2) * width for i in range(2)]
             ax.bar(xs, vals, width, label=c, color=f"C{j}")
             for x, key in zip(xs, ("epoch1_files_per_s", "warm_files_per_s")):
                 ax.plot([x] * len(s[c][key]), s[c][key], "k.", ms=4)
@@ -366,7 +379,7 @@ class Bench:
             if a.brick_profile:
                 sh(["gluster", "--mode=script", "volume", "profile", self.volume.name, "start"])
             for round_no in range(1, a.rounds + 1):
-                for c in CONFIGS:
+                for c in self.configs:
                     self.runs.append(self.run_config(c, round_no))
         finally:
             self.stop_config()
@@ -393,6 +406,9 @@ class Bench:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochfs", default=os.path.join(REPO, "build", "cli", "epochfs"))
+    p.add_argument("--baseline", default="",
+                   help="another epochfs binary: its rows (\"base epochfs\", \"base epochfs plan\") run in the "
+                        "same rounds, side by side")
     p.add_argument("--workdir", default="/var/tmp/epochfs-glusterfs-bench")
     p.add_argument("--out", default=os.path.join(REPO, "docs", "bench", "glusterfs"))
     p.add_argument("--files", type=int, default=3000)
@@ -413,6 +429,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochfs-arg", action="append", default=[], help="more epochfs mount options")
     a = p.parse_args(argv)
     a.epochfs = os.path.abspath(a.epochfs)
+    a.baseline = os.path.abspath(a.baseline) if a.baseline else ""
     return a
 
 

@@ -390,6 +390,9 @@ Status Daemon::BuildPrefetcher() {
   prefetch_options.source_reads_per_s = options.prefetch_iops;
   prefetch_options.source_bytes_per_s = options.prefetch_bandwidth;
   prefetch_options.pacer = pacer_;
+  // With the pacer, readahead also stops altogether while it does not make the readers
+  // faster (prefetcher/readahead_gate.h).
+  if (pacer_) prefetch_options.gate = std::make_shared<prefetch::ReadaheadGate>();
   if (options.prefetch_threads == 0) spdlog::info("readahead off (--prefetch 0)");
   prefetch_options.record_path = options.cache_dir / "epochs";
   prefetch_options.ram_budget = memory_.ram_tier;

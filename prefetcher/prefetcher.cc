@@ -210,6 +210,7 @@ class PrefetcherImpl final : public Prefetcher {
   // OPEN, warm epochs with a published plan were slower than without one until then:
   // docs/benchmarks.md, "Figures behind design choices").
   bool MayHaveWorkLocked() REQUIRES(mu_) {
+    if (!GateAllowsLocked()) return false;  // an access that reopens it wakes them all
     switch (PatternLocked()) {
       case Pattern::kShuffled:
         return !(pack_order_epoch_ == epoch_ && shuffled_next_ >= catalog_.size());
@@ -259,7 +260,19 @@ class PrefetcherImpl final : public Prefetcher {
   void Work(uint32_t index);
   // Source reads readahead may have in flight now.
   uint32_t DepthLocked() const REQUIRES(mu_) {
-    return options_.pacer ? std::max(options_.threads, options_.pacer->depth()) : options_.threads;
+    const uint32_t depth =
+        options_.pacer ? std::max(options_.threads, options_.pacer->depth()) : options_.threads;
+    return options_.gate ? options_.gate->Depth(depth) : depth;
+  }
+  // Whether readahead may take new work (readahead_gate.h).
+  bool GateAllowsLocked() const REQUIRES(mu_) { return !options_.gate || options_.gate->Allows(); }
+  // The gate closed: the files queued for the source are left to the readers.
+  void DropSourceQueueLocked() REQUIRES(mu_) {
+    for (const Candidate& c : source_queue_) {
+      if (c.key) taken_.erase(*c.key);
+    }
+    inflight_ -= static_cast<uint32_t>(source_queue_.size());
+    source_queue_.clear();
   }
   // Whether the RAM policy has room for kMinStreamBatch more unread files (free room or
   // files already read this epoch to evict), beyond those in flight. A plan's next files
@@ -310,6 +323,10 @@ class PrefetcherImpl final : public Prefetcher {
   std::unordered_set<std::string> prefetched_paths_ GUARDED_BY(mu_);
   // Prefetched, in RAM, not yet read.
   std::unordered_set<FileKey, FileKeyHash> landed_ GUARDED_BY(mu_);
+  // Taken by a worker this epoch, not landed yet: a reader's access to one overtook
+  // readahead (the gate's signal).
+  std::unordered_set<FileKey, FileKeyHash> taken_ GUARDED_BY(mu_);
+  uint64_t prefetch_overtaken_ GUARDED_BY(mu_) = 0;
   std::vector<PlannedFile> plan_ GUARDED_BY(mu_);
   std::unordered_map<FileKey, uint32_t, FileKeyHash> plan_index_ GUARDED_BY(mu_);
   std::vector<uint32_t> plan_order_ GUARDED_BY(mu_);  // plan as catalog indices
@@ -488,6 +505,7 @@ void PrefetcherImpl::NewEpochLocked() {
   prefetched_.clear();
   prefetched_paths_.clear();
   landed_.clear();
+  taken_.clear();
   plan_.clear();
   plan_index_.clear();
   plan_order_.clear();
@@ -500,6 +518,7 @@ void PrefetcherImpl::NewEpochLocked() {
     policy_->SetPlan({});
     policy_->NewEpoch();
   }
+  if (options_.gate) options_.gate->OnNewEpoch();
   ++epoch_;
 }
 
@@ -566,7 +585,16 @@ bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& 
     replay_cursor_ = std::max<size_t>(replay_cursor_, it->second);
   }
   if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
-  if (landed_.erase(file) != 0) ++prefetch_hits_;
+  ReadaheadGate::Access seen = ReadaheadGate::Access::kMiss;
+  if (landed_.erase(file) != 0) {
+    ++prefetch_hits_;
+    seen = ReadaheadGate::Access::kHit;
+  } else if (taken_.erase(file) != 0) {
+    ++prefetch_overtaken_;
+    seen = ReadaheadGate::Access::kOvertaken;
+  }
+  // Reopened: the workers sleep until told (MayHaveWorkLocked said no meanwhile).
+  if (options_.gate && options_.gate->OnAccess(seen)) cv_.notify_all();
   return true;
 }
 
@@ -652,6 +680,7 @@ std::optional<Candidate> PrefetcherImpl::NextInOrderLocked(const std::vector<uin
   const uint64_t size = *i < plan_.size() && &order == &plan_order_ ? plan_[*i].size : 0;
   if (RefusedLocked(key, size)) return std::nullopt;  // all later ones rank worse
   prefetched_.insert(key);
+  taken_.insert(key);
   return Candidate{path, key};
 }
 
@@ -692,6 +721,7 @@ std::optional<Candidate> PrefetcherImpl::NextShuffledLocked() {
     if (RefusedLocked(key, 0)) return std::nullopt;
     ++shuffled_next_;
     prefetched_.insert(key);
+    taken_.insert(key);
     return Candidate{path, key};
   }
   return std::nullopt;
@@ -842,6 +872,13 @@ void PrefetcherImpl::Work(uint32_t index) {
         }
         if (!streaming) WaitForBudgetLocked(lock);
         if (stop_) return;
+        if (!GateAllowsLocked()) {
+          // Readahead does not pay now: nothing new, nothing queued; an access that
+          // reopens the gate wakes every worker.
+          DropSourceQueueLocked();
+          lock.WaitFor(cv_, kQuietWait);
+          continue;
+        }
         if (streaming && !RoomForStreamLocked()) {
           lock.WaitFor(cv_, kIdleWait);
           continue;
@@ -938,6 +975,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
       if (in_ram[k]) {
         ++prefetched_count_;
         landed_.insert(key);
+        taken_.erase(key);
         to_push.push_back(ids[k]);
       } else {
         rest.push_back(std::move(batch[which[k]]));
@@ -961,17 +999,29 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   bool saturated = false;
   {
     MutexLock lock(mu_);
-    while (!stop_ && source_inflight_ >= DepthLocked()) lock.WaitFor(cv_, kIdleWait);
+    // The reader got there first while this waited: nothing to do (the access counted
+    // it as overtaken).
+    if (candidate.key && accessed_.count(*candidate.key) != 0) return;
+    while (!stop_ && source_inflight_ >= DepthLocked()) {
+      if (!GateAllowsLocked()) {  // closed: the file is left to the reader
+        if (candidate.key) taken_.erase(*candidate.key);
+        return;
+      }
+      lock.WaitFor(cv_, kIdleWait);
+    }
     ++source_inflight_;
     saturated = source_inflight_ >= DepthLocked();
   }
+  // Done with the file either way: landed (landed_ has it) or not (nothing to overtake).
   struct SlotBack {
     PrefetcherImpl* self;
+    std::optional<FileKey> key;
     ~SlotBack() {
       MutexLock lock(self->mu_);
       --self->source_inflight_;
+      if (key) self->taken_.erase(*key);
     }
-  } slot_back{this};
+  } slot_back{this, candidate.key};
   auto opened = source_.Open(candidate.path);
   if (!opened.ok()) {
     MutexLock lock(mu_);
@@ -1032,6 +1082,11 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   s.epoch_accesses = accessed_.size();
   s.prefetched = prefetched_count_;
   s.prefetch_hits = prefetch_hits_;
+  s.prefetch_overtaken = prefetch_overtaken_;
+  if (options_.gate) {
+    s.readahead_gate = GateStateName(options_.gate->state());
+    s.readahead_gate_offs = options_.gate->offs();
+  }
   s.prefetch_refused = prefetch_refused_;
   s.prefetch_in_kernel = prefetch_in_kernel_;
   s.prefetch_filled = prefetch_filled_;
@@ -1040,7 +1095,7 @@ PrefetcherStats PrefetcherImpl::Stats() const {
   if (options_.pacer) {
     s.pace_reads_per_s = options_.pacer->rate();
     s.pace_slowdowns = options_.pacer->slowdowns();
-    s.source_depth = std::max(options_.threads, options_.pacer->depth());
+    s.source_depth = DepthLocked();
     const auto base = options_.pacer->base_latency();
     s.source_base_latency_us =
         base == std::chrono::steady_clock::duration::max()
@@ -1101,6 +1156,22 @@ void PrefetcherStats::VisitCounters(const CounterVisitor& visit) const {
   visit(CounterInfo{"prefetch_hits", "Accesses to files that readahead had brought in.", kCounter}
             .Show({.row = "readahead", .label = "hits", .top = true}),
         prefetch_hits);
+  visit(CounterInfo{"prefetch_overtaken",
+                    "Accesses to files readahead had taken and not brought in yet (it was late).",
+                    kCounter}
+            .Show({.row = "readahead", .label = "overtaken"}),
+        prefetch_overtaken);
+  visit(CounterInfo{"readahead_gate",
+                    "Whether readahead runs: on, off (the readers were no faster with it), or "
+                    "probing.",
+                    CounterKind::kText}
+            .Show({.row = "readahead", .label = "gate"}),
+        readahead_gate);
+  visit(CounterInfo{"readahead_gate_offs",
+                    "Times a probe found the readers no faster with readahead and turned it off.",
+                    kCounter}
+            .Show({.row = "readahead", .label = "turned off"}),
+        readahead_gate_offs);
   visit(CounterInfo{"readahead_window", "Files read ahead of the reader.", kGauge}.Show(
             {.row = "readahead", .label = "window"}),
         uint64_t{readahead_window});

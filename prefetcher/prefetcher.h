@@ -25,7 +25,8 @@
 // read); a file the SSD tier's index lacks is not even stat'ed for it. The rest goes to
 // a queue that every worker reads from, one file each with Cache::Prefetch on the
 // cache's read path: `threads` workers, and more while the pacer's depth (source
-// reads in flight) is larger. A restarted daemon
+// reads in flight) is larger. The gate (readahead_gate.h) stops readahead altogether
+// while the readers are no faster with it. A restarted daemon
 // predicts the recorded epoch's pattern, so a shuffled data set streams from mount on.
 // Demand reads go first: a worker waits (up to 5 ms) while a demand read is filling
 // from the SSD tier or the source (Cache::DemandFillsInFlight), speculative source
@@ -53,6 +54,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "prefetcher/kernel_pages.h"
+#include "prefetcher/readahead_gate.h"
 #include "prefetcher/source_pacer.h"
 #include "prefetcher/source_tree.h"
 
@@ -120,6 +122,10 @@ struct PrefetcherOptions {
   // CacheOptions::demand_observer: late demand reads are its signal. Not applied
   // while a plan is followed (readahead then reads exactly what is read next).
   std::shared_ptr<SourcePacer> pacer;
+  // Turns readahead off (nothing in flight) while the readers are no faster with it
+  // than without it, probing now and then (readahead_gate.h); null: always on. The
+  // prefetcher feeds it every first access of an epoch.
+  std::shared_ptr<ReadaheadGate> gate;
   // The most memory the per-file tables may take (kBytesPerKnownFile plus the path, per
   // file); 0: no bound. Files first seen beyond it are served but not tracked: no
   // readahead, no epoch bookkeeping for them (counted in files_untracked, logged once).
@@ -144,6 +150,9 @@ struct PrefetcherStats {
   uint64_t epoch_accesses = 0;    // files accessed in the current epoch
   uint64_t prefetched = 0;        // files prefetched with at least one chunk now in RAM
   uint64_t prefetch_hits = 0;     // accesses to files that readahead had brought in
+  uint64_t prefetch_overtaken = 0;  // accesses to files readahead had taken, not yet brought
+  std::string readahead_gate = "on";  // GateStateName (no gate: "on")
+  uint64_t readahead_gate_offs = 0;   // times a probe found readahead did not pay
   uint64_t prefetch_refused = 0;  // candidates skipped: the RAM policy would refuse them
   uint64_t prefetch_in_kernel = 0;  // candidates skipped: the kernel's page cache holds them
   uint64_t prefetch_filled = 0;   // plan entries beyond the window read into the SSD tier
