@@ -40,7 +40,6 @@ class KernelActivity final : public fs::SourceObserver {
   // From now on opens are reported by `access` (which marks every directory looked up
   // from now on, and the root now), not READs; null: READs again.
   void SetAccessWatcher(AccessWatcher* access);
-  const AccessWatcher* access_watcher() const { return access_.load(); }
   // From now on each read-only OPEN is the file's access, and READs are not.
   void ReportOpensAsAccesses(bool report) { opens_are_accesses_.store(report); }
   // From now on OPENs and whole READs go to `pusher` too; null: no more.

@@ -188,17 +188,14 @@ void PageCachePusher::RetryWaiting(std::vector<cache::SourceIdentity> waiting) {
       still = std::move(waiting);  // not attached yet: they wait on
     } else {
       for (const cache::SourceIdentity& id : waiting) {
-        if (inodes_->FindBySource(id.dev, id.ino) == nullptr) {
+        const std::shared_ptr<fs::Inode> node = inodes_->FindBySource(id.dev, id.ino);
+        if (node == nullptr) {
           still.push_back(id);  // the kernel has not looked it up yet
           continue;
         }
         // Gone from RAM meanwhile (evicted, or read and replaced), or the kernel got the
         // whole file by READs (the reader came first): nothing to push.
-        if (!cache_->HoldsInRam(id)) continue;
-        if (const auto node = inodes_->FindBySource(id.dev, id.ino);
-            node && inodes_->KernelHoldsWhole(*node)) {
-          continue;
-        }
+        if (!cache_->HoldsInRam(id) || inodes_->KernelHoldsWhole(*node)) continue;
         if (Push(id) == PushResult::kNotKnown) still.push_back(id);
       }
     }
@@ -208,11 +205,6 @@ void PageCachePusher::RetryWaiting(std::vector<cache::SourceIdentity> waiting) {
   still.insert(still.end(), waiting_.begin(), waiting_.end());
   if (still.size() > kMaxWaiting) still.resize(kMaxWaiting);
   waiting_.swap(still);
-}
-
-bool PageCachePusher::Knows(const cache::SourceIdentity& file) const {
-  std::shared_lock attached(attach_mu_);
-  return inodes_ != nullptr && inodes_->FindBySource(file.dev, file.ino) != nullptr;
 }
 
 bool PageCachePusher::HoldsWhole(uint64_t dev, uint64_t ino) const {

@@ -102,8 +102,6 @@ class PageCachePusher final : public prefetch::KernelPages {
   // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
   // page cache now. Unless kPushed, the bytes stay in RAM.
   PushResult Push(const cache::SourceIdentity& file);
-  // Whether the kernel has an inode for `file` now (cheap: no kernel call).
-  bool Knows(const cache::SourceIdentity& file) const;
 
   static constexpr size_t kMaxWaiting = 1 << 16;
   static constexpr std::chrono::milliseconds kRetryPeriod{20};
