@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "prefetcher/source_pacer.h"
+#include "prefetcher/testing/fake_clock.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -18,12 +19,7 @@ using State = ReadaheadGate::State;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-struct FakeClock {
-  Clock::time_point t{};
-  std::function<Clock::time_point()> fn() {
-    return [this] { return t; };
-  }
-};
+using prefetch::testing::FakeClock;
 
 // Readers whose rate (files/s) and what they find depend on whether readahead runs.
 struct Readers {

@@ -2,6 +2,7 @@
 // steps without them speed it up to twice what readahead uses, readahead's own latency
 // never slows it, the cap and the floor hold, and an old base is forgotten.
 #include "prefetcher/source_pacer.h"
+#include "prefetcher/testing/fake_clock.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +13,7 @@ using Clock = SourcePacer::Clock;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-struct FakeClock {
-  Clock::time_point t{};
-  std::function<Clock::time_point()> fn() {
-    return [this] { return t; };
-  }
-};
+using prefetch::testing::FakeClock;
 
 // Readahead reading, queued as the demand reads are, and a late demand read, in each of
 // `cuts` 100 ms steps.
