@@ -12,9 +12,9 @@
 
 namespace epochfs::daemon {
 
-RamBalancer::RamBalancer(cache::Cache& cache, uint64_t ram, uint64_t floor,
+RamBalancer::RamBalancer(cache::Cache& cache, uint64_t ram, uint64_t share,
                          std::chrono::milliseconds period)
-    : cache_(cache), ram_(ram), floor_(floor), period_(period) {
+    : cache_(cache), ram_(ram), share_(share), period_(period) {
   if (period_.count() > 0) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -32,9 +32,13 @@ uint64_t RamBalancer::MarginFor(uint64_t ram) {
          MemoryTrimmer::kDaemonSlackBytes;
 }
 
-uint64_t RamBalancer::BudgetFor(uint64_t ram, uint64_t floor, uint64_t others) {
+uint64_t RamBalancer::MinimumFor(uint64_t ram, uint64_t share) {
+  return std::min(share, std::max<uint64_t>(ram / 16, 1ull << 20));
+}
+
+uint64_t RamBalancer::BudgetFor(uint64_t ram, uint64_t share, uint64_t others) {
   const uint64_t taken = others + MarginFor(ram);
-  return std::max(floor, ram > taken ? ram - taken : 0);
+  return std::max(MinimumFor(ram, share), ram > taken ? ram - taken : 0);
 }
 
 uint64_t RamBalancer::ResidentBytes() {
@@ -61,7 +65,7 @@ uint64_t RamBalancer::Step() {
     warned_ = true;
     return use.budget;
   }
-  uint64_t target = BudgetFor(ram_, floor_, *others);
+  uint64_t target = BudgetFor(ram_, share_, *others);
   const uint64_t step = MarginFor(ram_) / 8;  // smaller moves only churn pages
   if (target + step <= use.budget) {
     // Buffers the tier let go of (evicted, or pushed into the kernel) stay in malloc's
@@ -72,13 +76,26 @@ uint64_t RamBalancer::Step() {
     use = cache_.RamUsage();
     others = OthersNow(use);
     if (!others) return use.budget;
-    target = BudgetFor(ram_, floor_, *others);
+    target = BudgetFor(ram_, share_, *others);
   }
+  WarnIfRamIsTooSmall(*others);
   if (target + step <= use.budget || target >= use.budget + 2 * step) {
     cache_.SetRamBudget(target);
     return target;
   }
   return use.budget;
+}
+
+void RamBalancer::WarnIfRamIsTooSmall(uint64_t others) {
+  const uint64_t needed = others + MinimumFor(ram_, share_);
+  if (needed <= ram_ || too_small_warned_) return;
+  too_small_warned_ = true;
+  spdlog::warn(
+      "--ram {} MiB is less than this daemon needs: it holds {} MiB besides the RAM tier, "
+      "whose budget is down to its minimum ({} MiB); raise --ram to at least {} MiB to "
+      "stay within it",
+      ram_ >> 20, others >> 20, MinimumFor(ram_, share_) >> 20,
+      (needed + MarginFor(ram_) + (1ull << 20) - 1) >> 20);
 }
 
 void RamBalancer::Loop() {

@@ -22,7 +22,7 @@ using cache::testing::TempDir;
 using cache::testing::WriteFile;
 constexpr uint64_t kMiB = 1ull << 20;
 
-TEST(RamBalancer, TheTierGetsWhatTheRestLeavesBeyondAMarginButNeverLessThanItsShare) {
+TEST(RamBalancer, TheTierGetsWhatTheRestLeavesBeyondAMarginAndItsShareWhileTheRestFitsItsOwn) {
   const uint64_t ram = 256 * kMiB;
   // A sixteenth (4-64 MiB), and the 8 MiB of free heap between two trims.
   ASSERT_EQ(RamBalancer::MarginFor(ram), 24 * kMiB);
@@ -30,8 +30,16 @@ TEST(RamBalancer, TheTierGetsWhatTheRestLeavesBeyondAMarginButNeverLessThanItsSh
   EXPECT_EQ(RamBalancer::MarginFor(8ull << 30), 72 * kMiB);
   EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 0), 232 * kMiB);
   EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 100 * kMiB), 132 * kMiB);
-  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 200 * kMiB), 100 * kMiB);  // its share
-  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 1ull << 40), 100 * kMiB);
+  // The rest within its ceilings (256 - 100 MiB): the tier keeps its share.
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 132 * kMiB), 100 * kMiB);
+  // The rest past them: the tier gives up its share to keep --ram, down to a sixteenth.
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 200 * kMiB), 32 * kMiB);
+  EXPECT_EQ(RamBalancer::MinimumFor(ram, 100 * kMiB), 16 * kMiB);
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 230 * kMiB), 16 * kMiB);
+  EXPECT_EQ(RamBalancer::BudgetFor(ram, 100 * kMiB, 1ull << 40), 16 * kMiB);
+  // A share smaller than the sixteenth is the minimum; never under 1 MiB.
+  EXPECT_EQ(RamBalancer::MinimumFor(ram, 4 * kMiB), 4 * kMiB);
+  EXPECT_EQ(RamBalancer::MinimumFor(8 * kMiB, 4 * kMiB), 1 * kMiB);
 }
 
 // Memory the rest of the daemon holds, as a write queue filling up would: touched
