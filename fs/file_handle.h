@@ -101,7 +101,7 @@ class FileHandle {
     id_ = id;
   }
   // Whether the kernel keeps what READs through this open bring (not a direct I/O
-  // open): InodeTable::NoteKernelRead.
+  // open): SourceObserver::ReadAnswered.
   bool reads_fill_page_cache() const { return reads_fill_page_cache_; }
   void set_reads_bypass_page_cache() { reads_fill_page_cache_ = false; }
 

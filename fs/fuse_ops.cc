@@ -358,7 +358,7 @@ void KernelInvalidator::InvalidateEntry(uint64_t parent_nodeid, const std::strin
 void KernelInvalidator::InvalidateInode(uint64_t nodeid) {
   // Marked first: a READ that refills the pages after the drop counts again.
   if (inodes_ != nullptr) {
-    if (std::shared_ptr<Inode> node = inodes_->Find(nodeid)) InodeTable::NoteKernelDropped(*node);
+    if (std::shared_ptr<Inode> node = inodes_->Find(nodeid)) node->kernel_pages.Dropped();
   }
   fuse_lowlevel_notify_inval_inode(session_, nodeid, 0, 0);  // attributes and all pages
 }

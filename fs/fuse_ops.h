@@ -72,7 +72,8 @@ struct FuseContext {
 };
 
 // Invalidates the kernel's caches through the session (for the ChangeWatcher), and
-// tells `inodes` (may be null) that a node's pages are gone (InodeTable's residency).
+// tells `inodes` (may be null) that a node's pages are gone (KernelPagesRecord, the
+// record kernel_cache/residency.h keeps on each node).
 class KernelInvalidator : public Invalidator {
  public:
   explicit KernelInvalidator(struct fuse_session* session, InodeTable* inodes = nullptr)

@@ -170,56 +170,6 @@ int64_t InodeTable::RacilyCleanUntil(const cache::SourceIdentity& id) {
   return id.ctime_ns + cache::kRacilyCleanNs + 1'000'000;
 }
 
-void InodeTable::SetKernelResidency(uint64_t budget, bool count_reads) {
-  residency_budget_.store(budget);
-  residency_counts_reads_.store(count_reads);
-}
-
-bool InodeTable::NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes,
-                                uint64_t file_size) {
-  // A READ means the kernel lacks that page: whatever it held of the file, it is not the
-  // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
-  // every older one as well (the kernel reclaims the least recently used first) was
-  // tried, and a few READs that were no reclaim (opens that dropped pages, READs racing
-  // a push) then sent readahead through a thousand files the kernel still held, and
-  // slowed warm GlusterFS epochs; after a real reclaim each wrong belief costs its file
-  // only one demand READ (docs/benchmarks.md, "Pushing into the page cache", "What a
-  // wrong belief costs").
-  inode.kernel_whole_at.store(0, std::memory_order_relaxed);
-  // Coverage grows from the start, one READ after the other. Anything else (the
-  // kernel's async readahead replied out of order, or a page already covered asked for
-  // again: reclaimed) leaves the file "not known whole" until it is read from 0 again.
-  uint64_t to = inode.kernel_read_to.load(std::memory_order_relaxed);
-  uint64_t next;
-  do {
-    next = offset == 0 ? bytes : offset == to ? to + bytes : 0;
-  } while (!inode.kernel_read_to.compare_exchange_weak(to, next, std::memory_order_relaxed));
-  // Only the READ that completed the file says so: a later READ of a page already
-  // covered (the kernel lost it) starts over.
-  const bool completed = file_size != 0 && next >= file_size && (offset == 0 || to < file_size);
-  if (completed && residency_counts_reads_.load(std::memory_order_relaxed)) {
-    NoteKernelHoldsWhole(inode, file_size);
-  }
-  return completed;
-}
-
-void InodeTable::NoteKernelHoldsWhole(Inode& inode, uint64_t file_size) {
-  const uint64_t at = delivered_bytes_.fetch_add(file_size, std::memory_order_relaxed);
-  inode.kernel_whole_at.store(at + 1, std::memory_order_relaxed);
-}
-
-void InodeTable::NoteKernelDropped(Inode& inode) {
-  inode.kernel_whole_at.store(0, std::memory_order_relaxed);
-  inode.kernel_read_to.store(0, std::memory_order_relaxed);
-}
-
-bool InodeTable::KernelHoldsWhole(const Inode& inode) const {
-  const uint64_t at = inode.kernel_whole_at.load(std::memory_order_relaxed);
-  if (at == 0) return false;
-  return delivered_bytes_.load(std::memory_order_relaxed) - (at - 1) <
-         residency_budget_.load(std::memory_order_relaxed);
-}
-
 bool InodeTable::KernelHasRead(const Inode& inode) const {
   MutexLock lock(mutex_);
   return inode.kernel_cache_id.has_value();
@@ -322,7 +272,7 @@ bool InodeTable::MayAskRelookup(Inode& inode) {
 
 void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made) {
   // A write or truncate may leave a file larger than the pages the kernel holds.
-  NoteKernelDropped(inode);
+  inode.kernel_pages.Dropped();
   const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);
   // Without a result (the change failed, or the stat after it did) the recorded identity

@@ -34,6 +34,21 @@ namespace epochfs::fs {
 
 inline constexpr uint64_t kRootNodeId = 1;  // FUSE_ROOT_ID
 
+// What the kernel's page cache holds of a file, as far as the daemon saw it fill. The
+// belief is kernel_cache/residency.h's (which alone reads it); it lives on the node so
+// that a READ updates it without a lookup. fs ends it whenever the mount drops the
+// file's pages. Atomics: written by READs, pushes and drops without the table's lock.
+struct KernelPagesRecord {
+  std::atomic<uint64_t> read_to{0};  // READ replies since the last drop cover [0, this)
+  // 1 + Residency's delivery clock when the kernel got the whole file; 0: not known whole.
+  std::atomic<uint64_t> whole_at{0};
+  // The kernel's pages of the file were dropped, or may have been.
+  void Dropped() {
+    whole_at.store(0, std::memory_order_relaxed);
+    read_to.store(0, std::memory_order_relaxed);
+  }
+};
+
 struct Inode {
   uint64_t nodeid = 0;
   uint64_t dev = 0;
@@ -78,12 +93,7 @@ struct Inode {
   std::optional<cache::SourceIdentity> kernel_attr_id;
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
-  // What the kernel's page cache holds of this file, as far as the daemon saw it fill
-  // (InodeTable::KernelHoldsWhole). Atomics: written by READs and pushes, read by
-  // readahead, without the table's lock.
-  std::atomic<uint64_t> kernel_read_to{0};  // READ replies since the last drop cover [0, this)
-  // 1 + the table's delivery clock when the kernel got the whole file; 0: not known whole.
-  std::atomic<uint64_t> kernel_whole_at{0};
+  KernelPagesRecord kernel_pages;
 };
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
@@ -179,28 +189,6 @@ class InodeTable {
   // Whether the kernel may hold pages of `inode`: an identity of them is recorded (a
   // READ or a push filled them, or an open kept them).
   bool KernelHasRead(const Inode& inode) const;
-  // Residency: whether the kernel's page cache holds the whole of a file, so that
-  // readahead has nothing to bring (a warm epoch: every file was read or pushed once).
-  // The kernel tells nobody what it holds, so the table keeps what it saw: a file is
-  // held whole once READ replies covered it from 0 to its end, or a push stored it,
-  // and no longer once the mount dropped its pages (an invalidation, an open without
-  // keep_cache, a change through the mount). What the kernel's own reclaim takes is not
-  // seen; the table believes in at most `budget` bytes, those delivered last (a clock
-  // of bytes delivered: a file is held while less than `budget` bytes came after it).
-  // A wrong "held" costs one demand READ, never a wrong byte: nothing is served from
-  // this belief. `count_reads` false (a memory limit, where the pages a READ fills are
-  // the first the kernel reclaims): only pushes, whose pages the RAM tier charges and
-  // drops itself, count.
-  void SetKernelResidency(uint64_t budget, bool count_reads);
-  // A READ of `inode` at `offset` was answered with `bytes` of a file of `file_size`.
-  // Returns whether READ replies have now covered the whole file, in order from 0 (the
-  // kernel's page cache got all of it), whether or not reads count as held.
-  bool NoteKernelRead(Inode& inode, uint64_t offset, uint64_t bytes, uint64_t file_size);
-  // A push stored the whole file (`file_size` bytes) in the kernel's page cache.
-  void NoteKernelHoldsWhole(Inode& inode, uint64_t file_size);
-  // The kernel's pages of `inode` were dropped, or may have been.
-  static void NoteKernelDropped(Inode& inode);
-  bool KernelHoldsWhole(const Inode& inode) const;
 
   // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)
   // says, or a newer state the mount made itself: then the size it reads with is right.
@@ -274,9 +262,6 @@ class InodeTable {
   void NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) REQUIRES(mutex_);
 
   std::atomic<bool> pin_forgotten_{false};     // SetPinForgotten
-  std::atomic<uint64_t> residency_budget_{0};  // 0: no belief at all
-  std::atomic<bool> residency_counts_reads_{false};
-  std::atomic<uint64_t> delivered_bytes_{0};  // the delivery clock (SetKernelResidency)
 
   mutable Mutex mutex_;
   std::shared_ptr<Inode> root_;

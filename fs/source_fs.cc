@@ -556,7 +556,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   }
   if (match == InodeTable::CacheMatch::kChanged) cache_->Invalidate(id.dev, id.ino);
   // Without keep_cache the kernel drops the file's pages at this open.
-  if (!result.keep_cache) InodeTable::NoteKernelDropped(**inode);
+  if (!result.keep_cache) (*inode)->kernel_pages.Dropped();
   result.handle = NewHandle(*inode, std::move(fd), id, flags);
   if (result.direct_io || (flags & O_DIRECT)) result.handle->set_reads_bypass_page_cache();
   return result;
@@ -632,9 +632,8 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   if (data.ok()) {
     const cache::SourceIdentity& now = file.id;  // grown meanwhile: as read
     if (now != fh.identity()) fh.set_identity(now);
-    if (fh.reads_fill_page_cache() &&
-        inodes_.NoteKernelRead(*fh.inode(), offset, data->size, now.size)) {
-      if (SourceObserver* observer = observer_.load()) observer->WholeRead(*fh.inode(), now);
+    if (SourceObserver* observer = observer_.load(); observer && fh.reads_fill_page_cache()) {
+      observer->ReadAnswered(*fh.inode(), offset, data->size, now);
     }
   }
   return data;
@@ -771,8 +770,8 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto data = ReadToCurrentEnd(file, stat_fd, offset, size);
   if (data.ok()) {
     CheckKernelCache(**inode, file.id, seen);
-    if (inodes_.NoteKernelRead(**inode, offset, data->size, file.id.size)) {
-      if (SourceObserver* observer = observer_.load()) observer->WholeRead(**inode, file.id);
+    if (SourceObserver* observer = observer_.load()) {
+      observer->ReadAnswered(**inode, offset, data->size, file.id);
     }
   }
   return data;

@@ -35,8 +35,11 @@ class SourceObserver {
   virtual void ReadOnlyOpened(const Inode& node) = 0;
   // A READ of `node` at `offset` reached the daemon.
   virtual void DemandRead(const Inode& node, uint64_t offset) = 0;
-  // READ replies have just delivered the whole of `file` into the kernel's page cache.
-  virtual void WholeRead(Inode& node, const cache::SourceIdentity& file) = 0;
+  // A READ reply delivered `bytes` at `offset` of `file` into the kernel's page cache
+  // (not called for READs that bypass it: direct I/O). What the kernel holds of each
+  // file is the observer's to keep (kernel_cache/residency.h).
+  virtual void ReadAnswered(Inode& node, uint64_t offset, uint64_t bytes,
+                            const cache::SourceIdentity& file) = 0;
 };
 
 }  // namespace epochfs::fs

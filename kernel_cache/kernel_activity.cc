@@ -2,12 +2,14 @@
 
 #include "kernel_cache/access_watcher.h"
 #include "kernel_cache/page_cache_pusher.h"
+#include "kernel_cache/residency.h"
 #include "fs/source_fs.h"
 
 namespace epochfs::kernel_cache {
 
-KernelActivity::KernelActivity(const fs::SourceFs& fs, prefetch::Prefetcher* prefetcher)
-    : fs_(fs), prefetcher_(prefetcher) {}
+KernelActivity::KernelActivity(const fs::SourceFs& fs, Residency& residency,
+                               prefetch::Prefetcher* prefetcher)
+    : fs_(fs), residency_(residency), prefetcher_(prefetcher) {}
 
 void KernelActivity::SetAccessWatcher(AccessWatcher* access) {
   access_.store(access);
@@ -63,7 +65,9 @@ void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
                       offset == 0 ? fs_.RelativePath(node) : std::string(), offset);
 }
 
-void KernelActivity::WholeRead(fs::Inode& node, const cache::SourceIdentity& file) {
+void KernelActivity::ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t bytes,
+                                  const cache::SourceIdentity& file) {
+  if (!residency_.NoteRead(node, offset, bytes, file.size)) return;
   if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(node, file);
 }
 

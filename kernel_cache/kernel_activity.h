@@ -6,8 +6,9 @@
 //    READs are only while it does not see opens (kernel_cache/access_watcher.h); with neither,
 //    READs are;
 //  - the access watcher marks each directory the kernel looks up;
+//  - what the kernel holds: each READ reply goes on the file's record (Residency);
 //  - pushing: a file read ahead whose push found no inode in the kernel is pushed by its
-//    OPEN, and a READ that delivers a whole file tells the pusher
+//    OPEN, and a READ that completes a whole file tells the pusher
 //    (PageCachePusher::AfterWholeRead: under a memory limit its pages are charged or
 //    dropped).
 // Made before the session, with none of the watcher and the pusher; they are attached
@@ -31,11 +32,12 @@ namespace epochfs::kernel_cache {
 
 class AccessWatcher;
 class PageCachePusher;
+class Residency;
 
 class KernelActivity final : public fs::SourceObserver {
  public:
-  // `fs` and `prefetcher` (may be null: no readahead) outlive this object.
-  KernelActivity(const fs::SourceFs& fs, prefetch::Prefetcher* prefetcher);
+  // `fs`, `residency` and `prefetcher` (may be null: no readahead) outlive this object.
+  KernelActivity(const fs::SourceFs& fs, Residency& residency, prefetch::Prefetcher* prefetcher);
 
   // From now on opens are reported by `access` (which marks every directory looked up
   // from now on, and the root now), not READs; null: READs again.
@@ -52,13 +54,15 @@ class KernelActivity final : public fs::SourceObserver {
   void BeforeReadOnlyOpen(fs::Inode& node) override;
   void ReadOnlyOpened(const fs::Inode& node) override;
   void DemandRead(const fs::Inode& node, uint64_t offset) override;
-  void WholeRead(fs::Inode& node, const cache::SourceIdentity& file) override;
+  void ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t bytes,
+                    const cache::SourceIdentity& file) override;
 
   // Names the counters (base/counters.h); `activity` may be null: they are then 0.
   static void VisitCounters(const KernelActivity* activity, const CounterVisitor& visit);
 
  private:
   const fs::SourceFs& fs_;
+  Residency& residency_;
   prefetch::Prefetcher* const prefetcher_;
   std::atomic<AccessWatcher*> access_{nullptr};
   std::atomic<PageCachePusher*> pusher_{nullptr};

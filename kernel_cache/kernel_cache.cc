@@ -8,13 +8,14 @@
 #include "kernel_cache/kernel_activity.h"
 #include "kernel_cache/kernel_listing.h"
 #include "kernel_cache/page_cache_pusher.h"
+#include "kernel_cache/residency.h"
 #include "kernel_cache/write_fence.h"
 #include "spdlog/spdlog.h"
 
 namespace epochfs::kernel_cache {
 
-KernelCache::KernelCache(bool push, bool one_copy) {
-  if (push) pusher_ = std::make_shared<PageCachePusher>(one_copy);
+KernelCache::KernelCache(bool push, bool one_copy) : residency_(std::make_shared<Residency>()) {
+  if (push) pusher_ = std::make_shared<PageCachePusher>(residency_, one_copy);
 }
 
 KernelCache::~KernelCache() { Stop(); }
@@ -26,7 +27,7 @@ std::function<void(uint64_t, uint64_t)> KernelCache::drop_callback() const {
 
 fs::SourceObserver& KernelCache::Observe(const fs::SourceFs& fs, prefetch::Prefetcher* prefetcher) {
   prefetcher_ = prefetcher;
-  activity_ = std::make_unique<KernelActivity>(fs, prefetcher);
+  activity_ = std::make_unique<KernelActivity>(fs, *residency_, prefetcher);
   // From now on readahead offers its files here; they wait for Start (and for their
   // inodes) in the pusher.
   if (pusher_ && prefetcher_) prefetcher_->AttachKernelPages(pusher_.get());
@@ -54,7 +55,7 @@ void KernelCache::Start(const Mount& mount) {
     activity_->SetAccessWatcher(access_.get());
   }
   started_ = true;
-  // Which files the kernel holds whole (fs/inode_table.h, residency). Under a memory
+  // Which files the kernel holds whole (residency.h). Under a memory
   // limit only pushed files count, within the most the RAM tier that pays for them can
   // hold (its budget moves up to --ram: daemon/ram_balancer.h; a file whose pages it lets
   // go of is no longer believed held, page_cache_pusher.cc).
@@ -65,7 +66,7 @@ void KernelCache::Start(const Mount& mount) {
   const uint64_t physical = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                             static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const bool limited = pusher_->one_copy();
-  mount.fs->inodes().SetKernelResidency(
+  residency_->SetBudget(
       limited ? mount.ram_budget : std::max(mount.ram_budget, physical), /*count_reads=*/!limited);
   // Writers through the mount are held off a file while its pages are stored or dropped
   // (write_fence.h): by the node's open lock in "open" mode, by a read lease taken

@@ -7,10 +7,9 @@
 //  - pushing (PageCachePusher): what readahead offers through prefetch::KernelPages,
 //    behind a WriteFence that keeps writers through the mount out meanwhile, and the
 //    retries of offers whose file the kernel has no inode for yet;
-//  - what the kernel holds, per file: recorded on the file's node (fs/inode_table.h,
-//    residency) by the pushes and by the READs SourceFs reports to this module's
-//    observer (KernelActivity), and read back by readahead to pass over what the kernel
-//    holds (KernelPages::HoldsWhole);
+//  - what the kernel holds, per file (Residency): from the pushes and from the READs
+//    SourceFs reports to this module's observer (KernelActivity), read back by readahead
+//    to pass over what the kernel holds (KernelPages::HoldsWhole);
 //  - charging and dropping: the RAM tier charges pushed and READ-delivered files as
 //    kernel entries and calls drop_callback() when its policy lets them go;
 //  - the opens the kernel makes without asking the daemon (AccessWatcher, "notify"
@@ -48,6 +47,7 @@ class AccessWatcher;
 class KernelActivity;
 class KernelListing;
 class PageCachePusher;
+class Residency;
 class WriteFence;
 
 class KernelCache {
@@ -92,6 +92,7 @@ class KernelCache {
 
  private:
   // Declared in the order they are needed; destroyed in reverse.
+  std::shared_ptr<Residency> residency_;     // shared with the pusher (drop_callback)
   std::shared_ptr<PageCachePusher> pusher_;  // null: not pushing
   std::unique_ptr<WriteFence> fence_;         // until the pusher is detached
   std::unique_ptr<KernelActivity> activity_;

@@ -22,8 +22,8 @@ constexpr auto kReadDropDelay = std::chrono::milliseconds(10);
 constexpr auto kPutOffDropDelay = std::chrono::milliseconds(100);
 }  // namespace
 
-PageCachePusher::PageCachePusher(bool one_copy)
-    : one_copy_(one_copy), drop_thread_([this] { RunDrops(); }) {}
+PageCachePusher::PageCachePusher(std::shared_ptr<Residency> residency, bool one_copy)
+    : residency_(std::move(residency)), one_copy_(one_copy), drop_thread_([this] { RunDrops(); }) {}
 
 PageCachePusher::~PageCachePusher() {
   Detach();
@@ -106,7 +106,7 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     // kernel holds it, as far as anyone can tell. Believed again (the belief may have
     // aged out of the residency budget), readahead passes it over from now on instead
     // of coming back to it every epoch.
-    if (!one_copy_ && cache_->HoldsInRam(file)) inodes_->NoteKernelHoldsWhole(*node, file.size);
+    if (!one_copy_ && cache_->HoldsInRam(file)) residency_->NoteHeldWhole(*node, file.size);
     return PushResult::kRefused;
   }
   bool stored = false;
@@ -163,7 +163,7 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return PushResult::kRefused;
   }
-  inodes_->NoteKernelHoldsWhole(*node, file.size);
+  residency_->NoteHeldWhole(*node, file.size);
   pushed_files_.fetch_add(1, std::memory_order_relaxed);
   pushed_bytes_.fetch_add(file.size, std::memory_order_relaxed);
   return PushResult::kPushed;
@@ -195,7 +195,7 @@ void PageCachePusher::RetryWaiting(std::vector<cache::SourceIdentity> waiting) {
         }
         // Gone from RAM meanwhile (evicted, or read and replaced), or the kernel got the
         // whole file by READs (the reader came first): nothing to push.
-        if (!cache_->HoldsInRam(id) || inodes_->KernelHoldsWhole(*node)) continue;
+        if (!cache_->HoldsInRam(id) || residency_->HoldsWhole(*node)) continue;
         if (Push(id) == PushResult::kNotKnown) still.push_back(id);
       }
     }
@@ -211,7 +211,7 @@ bool PageCachePusher::HoldsWhole(uint64_t dev, uint64_t ino) const {
   std::shared_lock attached(attach_mu_);
   if (inodes_ == nullptr) return false;
   std::shared_ptr<fs::Inode> node = inodes_->FindBySource(dev, ino);
-  return node != nullptr && inodes_->KernelHoldsWhole(*node);
+  return node != nullptr && residency_->HoldsWhole(*node);
 }
 
 void PageCachePusher::DropLater(uint64_t dev, uint64_t ino) {
@@ -234,7 +234,7 @@ void PageCachePusher::AfterWholeRead(fs::Inode& node, const cache::SourceIdentit
       return true;
     };
     if (cache_->MoveToKernel(file, already_there)) {
-      inodes_->NoteKernelHoldsWhole(node, file.size);
+      residency_->NoteHeldWhole(node, file.size);
       reads_moved_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -313,7 +313,7 @@ void PageCachePusher::RunDrops() {
       }
       // Without a fence for another reason (no lease, the name gone), the drop still goes:
       // pages held beyond --ram are a sure cost, a writer racing it an unlikely one.
-      fs::InodeTable::NoteKernelDropped(*node);
+      node->kernel_pages.Dropped();
       // Through the lease's fd ("notify" mode) only the pages go: a notification would
       // drop the kernel's attributes too (FUSE does with any page range), and each
       // reader's next open or stat of the file would cost a GETATTR. A page the drop

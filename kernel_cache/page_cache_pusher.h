@@ -53,6 +53,7 @@
 #include "cache/cache.h"
 #include "fs/change_watcher.h"
 #include "fs/inode_table.h"
+#include "kernel_cache/residency.h"
 #include "kernel_cache/write_fence.h"
 #include "prefetcher/kernel_pages.h"
 
@@ -78,7 +79,8 @@ class PageCachePusher final : public prefetch::KernelPages {
   // than without pushing, and a page cache dropped (drop_caches, reclaim) sent every
   // read to the SSD tier (docs/architecture.md, "Pushed pages"; the figure:
   // docs/benchmarks.md, "Figures behind design choices").
-  explicit PageCachePusher(bool one_copy = true);
+  // `residency` records what each push stores and tells what the kernel holds.
+  explicit PageCachePusher(std::shared_ptr<Residency> residency, bool one_copy = true);
   ~PageCachePusher() override;
   PageCachePusher(const PageCachePusher&) = delete;
   PageCachePusher& operator=(const PageCachePusher&) = delete;
@@ -154,6 +156,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   fs::Invalidator* invalidator_ = nullptr;
   WriteFence* fence_ = nullptr;
 
+  const std::shared_ptr<Residency> residency_;
   const bool one_copy_;
   Mutex drops_mu_;
   std::condition_variable drops_cv_;

@@ -1,0 +1,48 @@
+#include "kernel_cache/residency.h"
+
+namespace epochfs::kernel_cache {
+
+void Residency::SetBudget(uint64_t budget, bool count_reads) {
+  budget_.store(budget);
+  counts_reads_.store(count_reads);
+}
+
+bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint64_t file_size) {
+  fs::KernelPagesRecord& record = node.kernel_pages;
+  // A READ means the kernel lacks that page: whatever it held of the file, it is not the
+  // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
+  // every older one as well (the kernel reclaims the least recently used first) was
+  // tried, and a few READs that were no reclaim (opens that dropped pages, READs racing
+  // a push) then sent readahead through a thousand files the kernel still held, and
+  // slowed warm GlusterFS epochs; after a real reclaim each wrong belief costs its file
+  // only one demand READ (docs/benchmarks.md, "Pushing into the page cache", "What a
+  // wrong belief costs").
+  record.whole_at.store(0, std::memory_order_relaxed);
+  // Coverage grows from the start, one READ after the other. Anything else (the
+  // kernel's async readahead replied out of order, or a page already covered asked for
+  // again: reclaimed) leaves the file "not known whole" until it is read from 0 again.
+  uint64_t to = record.read_to.load(std::memory_order_relaxed);
+  uint64_t next;
+  do {
+    next = offset == 0 ? bytes : offset == to ? to + bytes : 0;
+  } while (!record.read_to.compare_exchange_weak(to, next, std::memory_order_relaxed));
+  // Only the READ that completed the file says so: a later READ of a page already
+  // covered (the kernel lost it) starts over.
+  const bool completed = file_size != 0 && next >= file_size && (offset == 0 || to < file_size);
+  if (completed && counts_reads_.load(std::memory_order_relaxed)) NoteHeldWhole(node, file_size);
+  return completed;
+}
+
+void Residency::NoteHeldWhole(fs::Inode& node, uint64_t file_size) {
+  const uint64_t at = delivered_bytes_.fetch_add(file_size, std::memory_order_relaxed);
+  node.kernel_pages.whole_at.store(at + 1, std::memory_order_relaxed);
+}
+
+bool Residency::HoldsWhole(const fs::Inode& node) const {
+  const uint64_t at = node.kernel_pages.whole_at.load(std::memory_order_relaxed);
+  if (at == 0) return false;
+  return delivered_bytes_.load(std::memory_order_relaxed) - (at - 1) <
+         budget_.load(std::memory_order_relaxed);
+}
+
+}  // namespace epochfs::kernel_cache

@@ -1,0 +1,102 @@
+#include "kernel_cache/residency.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/inode_table.h"
+
+namespace epochfs::kernel_cache {
+namespace {
+
+using fs::InodeTable;
+using fs::MountChange;
+
+struct ::stat FakeStat(uint64_t dev, uint64_t ino, mode_t mode) {
+  struct ::stat st {};
+  st.st_dev = dev;
+  st.st_ino = ino;
+  st.st_mode = mode;
+  return st;
+}
+
+InodeTable MakeTable() {
+  UniqueFd root(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  return InodeTable(std::move(root), FakeStat(1, 2, S_IFDIR | 0755));
+}
+
+TEST(Residency, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
+  InodeTable table = MakeTable();
+  Residency residency;
+  residency.SetBudget(/*budget=*/1000, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  EXPECT_FALSE(residency.NoteRead(*a, 128, 72, 200));  // out of order: not counted
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  EXPECT_FALSE(residency.NoteRead(*a, 0, 128, 200));
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  EXPECT_TRUE(residency.NoteRead(*a, 128, 72, 200));
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  // Another READ: the kernel lacks that page now (reclaimed); read again from 0, whole.
+  EXPECT_FALSE(residency.NoteRead(*a, 128, 72, 200));
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  EXPECT_TRUE(residency.NoteRead(*a, 0, 200, 200));
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_TRUE(residency.NoteRead(*a, 0, 200, 200));  // lost and read whole once more
+  // Dropped (an invalidation, an open without keep_cache, a change through the mount).
+  a->kernel_pages.Dropped();
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  residency.NoteRead(*a, 128, 72, 200);  // the coverage went with the pages
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+}
+
+TEST(Residency, OnlyTheLastBudgetOfDeliveredBytesIsBelievedHeld) {
+  InodeTable table = MakeTable();
+  Residency residency;
+  residency.SetBudget(/*budget=*/250, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  auto b = table.Remember(table.root(), "b", FakeStat(1, 101, S_IFREG), UniqueFd());
+  auto c = table.Remember(table.root(), "c", FakeStat(1, 102, S_IFREG), UniqueFd());
+  residency.NoteRead(*a, 0, 100, 100);
+  residency.NoteHeldWhole(*b, 100);  // a push
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_TRUE(residency.HoldsWhole(*b));
+  // 300 bytes delivered since a's: the kernel may have reclaimed it to make room.
+  residency.NoteRead(*c, 0, 100, 100);
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  EXPECT_TRUE(residency.HoldsWhole(*b));
+  EXPECT_TRUE(residency.HoldsWhole(*c));
+  // A file larger than the budget is never believed held.
+  auto big = table.Remember(table.root(), "big", FakeStat(1, 103, S_IFREG), UniqueFd());
+  residency.NoteRead(*big, 0, 300, 300);
+  EXPECT_FALSE(residency.HoldsWhole(*big));
+}
+
+TEST(Residency, UnderAMemoryLimitOnlyPushesCount) {
+  InodeTable table = MakeTable();
+  Residency residency;
+  residency.SetBudget(/*budget=*/1000, /*count_reads=*/false);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  // The READ that completes a file says so (the caller may hand its bytes to the
+  // kernel then), though reads do not count as held here.
+  EXPECT_TRUE(residency.NoteRead(*a, 0, 100, 100));
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  residency.NoteHeldWhole(*a, 100);
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  residency.NoteRead(*a, 0, 100, 100);  // but a READ still says the kernel lost it
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+}
+
+TEST(Residency, AChangeThroughTheMountEndsTheBelief) {
+  InodeTable table = MakeTable();
+  Residency residency;
+  residency.SetBudget(/*budget=*/1000, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  residency.NoteRead(*a, 0, 100, 100);
+  ASSERT_TRUE(residency.HoldsWhole(*a));
+  { MountChange change(table, a.get()); }  // a write that may have grown the file
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+}
+
+}  // namespace
+}  // namespace epochfs::kernel_cache
