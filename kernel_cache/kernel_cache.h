@@ -10,8 +10,11 @@
 //  - what the kernel holds, per file (Residency): from the pushes and from the READs
 //    SourceFs reports to this module's observer (KernelActivity), read back by readahead
 //    to pass over what the kernel holds (KernelPages::HoldsWhole);
-//  - charging and dropping: the RAM tier charges pushed and READ-delivered files as
-//    kernel entries and calls drop_callback() when its policy lets them go;
+//  - charging and dropping: this module decides what is charged (a push, a whole READ:
+//    PageCachePusher::AfterWholeRead) and makes every drop; the ledger is the RAM
+//    tier's, which holds such files as kernel entries beside its own bytes, so that one
+//    budget (--ram) and one epoch policy rank both, and calls drop_callback() when the
+//    policy lets one go;
 //  - the opens the kernel makes without asking the daemon (AccessWatcher, "notify"
 //    mode), which are the prefetcher's accesses once reads no longer reach the daemon;
 //  - the listing after a restart (KernelListing), which gives the kernel inodes to push
