@@ -6,22 +6,13 @@
 #include <unistd.h>
 
 #include "base/testing/test_files.h"
+#include "fs/testing/fake_inodes.h"
 
 namespace epochfs::fs {
 namespace {
 
-struct ::stat FakeStat(uint64_t dev, uint64_t ino, mode_t mode) {
-  struct ::stat st {};
-  st.st_dev = dev;
-  st.st_ino = ino;
-  st.st_mode = mode;
-  return st;
-}
-
-InodeTable MakeTable() {
-  UniqueFd root(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  return InodeTable(std::move(root), FakeStat(1, 2, S_IFDIR | 0755));
-}
+using testing::FakeStat;
+using testing::MakeTable;
 
 TEST(InodeTable, SameSourceObjectSameNodeAndCountsLookups) {
   InodeTable table = MakeTable();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "fs/inode_table.h"
+#include "fs/testing/fake_inodes.h"
 
 namespace epochfs::kernel_cache {
 namespace {
@@ -13,18 +14,8 @@ namespace {
 using fs::InodeTable;
 using fs::MountChange;
 
-struct ::stat FakeStat(uint64_t dev, uint64_t ino, mode_t mode) {
-  struct ::stat st {};
-  st.st_dev = dev;
-  st.st_ino = ino;
-  st.st_mode = mode;
-  return st;
-}
-
-InodeTable MakeTable() {
-  UniqueFd root(::open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  return InodeTable(std::move(root), FakeStat(1, 2, S_IFDIR | 0755));
-}
+using epochfs::testing::FakeStat;
+using epochfs::testing::MakeTable;
 
 TEST(Residency, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
   InodeTable table = MakeTable();
