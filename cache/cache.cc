@@ -156,7 +156,8 @@ class CacheImpl final : public Cache {
   Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
   Result<PrefetchResult> Prefetch(const SourceFile& file) override;
 
-  std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files) override;
+  std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files,
+                                  const WholeFileTaker& take) override;
 
   uint32_t DemandFillsInFlight() const override {
     return demand_fills_.load(std::memory_order_relaxed);
@@ -343,7 +344,8 @@ Result<PrefetchResult> CacheImpl::Prefetch(const SourceFile& file) {
   return result;
 }
 
-std::vector<bool> CacheImpl::StreamFromSsd(std::span<const SourceIdentity> files) {
+std::vector<bool> CacheImpl::StreamFromSsd(std::span<const SourceIdentity> files,
+                                           const WholeFileTaker& take) {
   std::vector<bool> in_ram(files.size(), false);
   if (!ssd_) return in_ram;
   std::vector<StreamItem> items;
@@ -363,7 +365,13 @@ std::vector<bool> CacheImpl::StreamFromSsd(std::span<const SourceIdentity> files
       ++missing[f];
     }
   }
-  const std::vector<bool> streamed = ssd_->Stream(items);
+  SsdTier::Taker take_whole;
+  if (take) {
+    take_whole = [&](const StreamItem& item, std::span<const char> bytes) {
+      return item.key.chunk == 0 && item.id.size == bytes.size() && take(item.id, bytes);
+    };
+  }
+  const std::vector<bool> streamed = ssd_->Stream(items, take_whole);
   for (size_t k = 0; k < items.size(); ++k) {
     if (!streamed[k]) continue;
     --missing[file_of[k]];

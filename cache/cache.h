@@ -243,10 +243,18 @@ class Cache {
   // their entries are read in pack order, in large sequential reads (ssd_tier.h,
   // Streaming), verified, and offered to the RAM policy. `files` carry the identities
   // the caller just took from the source; a chunk cached under another identity is not
-  // streamed. Returns, per file, whether every chunk of it is in RAM afterwards. Reads
+  // streamed. Returns, per file, whether every chunk of it is in RAM afterwards (or was
+  // taken, below). Reads
   // nothing from the source: files it could not bring (not cached, stale, corrupt,
   // refused by the policy) are the caller's to read another way.
-  virtual std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files) = 0;
+  // `take`, if set, is offered each file stored whole (one chunk) first, with its
+  // verified bytes straight from the read buffer, valid during the call only: a file
+  // it takes is not copied into the RAM tier, and counts as brought. (Readahead pushes
+  // such files on into the kernel's page cache; a copy in RAM as well cost the daemon
+  // more CPU than the rest of the streaming.)
+  using WholeFileTaker = std::function<bool(const SourceIdentity& file, std::span<const char> bytes)>;
+  virtual std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files,
+                                          const WholeFileTaker& take = {}) = 0;
 
   // Moves the bytes of `file` from the RAM tier into the kernel's page cache:
   // `store(offset, bytes)` is called for each chunk in order and says whether the kernel

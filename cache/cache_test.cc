@@ -750,6 +750,79 @@ TEST_P(StreamTest, RamBudgetHoldsWhileStreaming) {
   EXPECT_LE(cache->Stats().ram_bytes, o.ram_budget);
 }
 
+// A taker gets each file stored whole straight from the stream, verified and
+// byte-exact; what it takes is not copied into RAM (a later read comes from the SSD
+// tier), what it refuses is, and a damaged entry never reaches it.
+TEST_P(StreamTest, ATakerGetsVerifiedWholeFilesThatThenStayOutOfRam) {
+  constexpr int kFiles = 20;
+  const std::vector<std::string> contents = FillSsd(kFiles, 30'000);
+  std::vector<fs::path> packs;
+  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
+  ASSERT_EQ(packs.size(), 1u);
+  {
+    std::fstream f(packs[0], std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(packs[0]) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  CacheOptions o = Options();
+  o.read_around = false;  // a taken file's read then shows where it came from
+  auto cache = OpenCache(o);
+  const std::vector<SourceIdentity> ids = Identities(kFiles);
+  std::map<uint64_t, int> index_of;  // by inode
+  for (int i = 0; i < kFiles; ++i) index_of[ids[i].ino] = i;
+  std::map<int, int> offered;  // file -> times offered
+  const std::vector<bool> brought =
+      cache->StreamFromSsd(ids, [&](const SourceIdentity& id, std::span<const char> bytes) {
+        const int i = index_of.at(id.ino);
+        ++offered[i];
+        EXPECT_EQ(id, ids[i]);
+        EXPECT_EQ(std::string(bytes.data(), bytes.size()), contents[i]) << i;
+        return i % 2 == 0;  // takes the even ones
+      });
+  ASSERT_EQ(std::count(brought.begin(), brought.end(), false), 1);
+  const int damaged = static_cast<int>(std::find(brought.begin(), brought.end(), false) - brought.begin());
+  EXPECT_EQ(offered.count(damaged), 0u) << "a damaged entry was offered";
+  EXPECT_EQ(offered.size(), static_cast<size_t>(kFiles - 1));
+  for (const auto& [i, times] : offered) EXPECT_EQ(times, 1) << i;
+  EXPECT_EQ(cache->Stats().ssd.streamed_entries, static_cast<uint64_t>(kFiles - 1));
+  for (int i = 0; i < kFiles; ++i) {
+    Tier tier;
+    ASSERT_EQ(ReadWhole(*cache, OpenSourceFile(Src(std::to_string(i))), &tier), contents[i]);
+    const Tier expected = i == damaged ? Tier::kSource : i % 2 == 0 ? Tier::kSsd : Tier::kRam;
+    EXPECT_EQ(tier, expected) << i;
+  }
+}
+
+// A file of several chunks is never offered to the taker (it takes whole files only):
+// its chunks stream into RAM.
+TEST_P(StreamTest, AFileOfSeveralChunksIsNotOfferedToTheTaker) {
+  const std::string content = RandomBytes(600'000, 31);  // 3 chunks of 256 KiB
+  WriteFile(Src("big"), content);
+  WaitUntilFilesSettle();
+  {
+    auto cache = OpenCache(Options());
+    ReadWhole(*cache, OpenSourceFile(Src("big")));
+    ASSERT_TRUE(cache->Flush().ok());
+  }
+  auto cache = OpenCache(Options());
+  const SourceIdentity id = OpenSourceFile(Src("big")).file.id;
+  int offered = 0;
+  const std::vector<bool> brought = cache->StreamFromSsd(
+      std::vector<SourceIdentity>{id}, [&](const SourceIdentity&, std::span<const char>) {
+        ++offered;
+        return true;
+      });
+  EXPECT_EQ(offered, 0);
+  ASSERT_EQ(brought, std::vector<bool>{true});
+  Tier tier;
+  EXPECT_EQ(ReadWhole(*cache, OpenSourceFile(Src("big")), &tier), content);
+  EXPECT_EQ(tier, Tier::kRam);
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, StreamTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "IoUring" : "Pread"; });
 

@@ -56,6 +56,14 @@ struct ChunkBytes {
     }
     return Own(std::string(bytes.data(), bytes.size()));
   }
+  // `bytes` borrowed, not owned: valid only while whoever lent them keeps them (a
+  // stream's run buffer). Owned() makes a copy that can be kept.
+  static ChunkBytes Borrow(std::span<const char> bytes) {
+    return ChunkBytes{nullptr, bytes.data(), bytes.size(), 0};
+  }
+  bool borrowed() const { return owner == nullptr && data != nullptr; }
+  // These bytes, in memory that outlives the lender: a copy when borrowed.
+  ChunkBytes Owned() && { return borrowed() ? Copy(span()) : std::move(*this); }
   std::span<const char> span() const { return {data, size}; }
   // Memory kept alive by holding these bytes: what the RAM tier's budget counts.
   uint64_t footprint() const { return owner ? owned : 0; }

@@ -148,12 +148,13 @@ Result<ChunkBytes> DecodeEntryData(const EntryHeader& header,
   return ChunkBytes::Own(std::move(plain).value());
 }
 
-Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored) {
+Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored,
+                                   bool borrow) {
   if (stored.size() < header.stored_len) return Status::Corruption("partial entry data");
   if (header.codec == Codec::kRaw) {
     stored = stored.first(header.stored_len);
     EPOCHFS_RETURN_IF_ERROR(CheckRaw(stored, header.plain_len, header.checksum));
-    return ChunkBytes::Copy(stored);
+    return borrow ? ChunkBytes::Borrow(stored) : ChunkBytes::Copy(stored);
   }
   Result<std::string> plain =
       Decode(header.codec, stored.first(header.stored_len), header.plain_len, header.checksum);

@@ -110,8 +110,11 @@ Result<ChunkBytes> DecodeEntryData(const EntryHeader& header,
                                    const std::shared_ptr<const std::string>& buffer,
                                    size_t stored_pos, bool share_buffer);
 // The same for stored bytes in a buffer the caller keeps (a streamed read): the result
-// is always a buffer of its own, so the RAM tier's budget counts exactly its bytes.
-Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored);
+// is a buffer of its own, so the RAM tier's budget counts exactly its bytes; with
+// `borrow`, a raw entry's result points into `stored` (ChunkBytes::Borrow) and is
+// copied only if the caller keeps it (ChunkBytes::Owned).
+Result<ChunkBytes> DecodeEntryData(const EntryHeader& header, std::span<const char> stored,
+                                   bool borrow = false);
 
 // An entry found in a span of pack bytes.
 struct FoundEntry {

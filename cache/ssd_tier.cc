@@ -368,36 +368,45 @@ std::optional<ChunkBytes> SsdTier::Lookup(const ChunkKey& key, const SourceIdent
 
 // A buffer for one run's O_DIRECT read, mapped straight from the kernel (page-aligned;
 // multi-MiB buffers from malloc would raise its mmap threshold and leave the daemon's
-// RSS holding freed memory in its arenas). Its size is the run's, rounded up to a power
-// of two (at least 256 KiB), so that a buffer given back to the tier's pool fits the
-// runs that follow: most runs of a shuffled epoch are one entry each.
+// RSS holding freed memory in its arenas). A run takes the smallest buffer of the tier's
+// pool that holds it; a new one is the run's size rounded up to a power of two (at least
+// 256 KiB). Fresh pages cost the daemon more than the read itself (each is allocated,
+// zeroed and pinned for the IO), so given back, a buffer stays in the pool, which lets
+// go of its smallest buffers first once it holds more than stream_buffer_bytes.
 class SsdTier::RunBuffer {
  public:
-  RunBuffer(SsdTier& tier, size_t len) : tier_(tier), len_(std::bit_ceil(std::max<size_t>(len, kMinLen))) {
+  RunBuffer(SsdTier& tier, size_t len) : tier_(tier) {
+    const size_t need = std::max<size_t>(len, kMinLen);
     {
       MutexLock lock(tier_.stream_mu_);
-      auto it = tier_.run_buffers_.find(len_);
+      auto it = tier_.run_buffers_.lower_bound(need);
       if (it != tier_.run_buffers_.end()) {
+        len_ = it->first;
         data_ = it->second;
         tier_.run_buffers_.erase(it);
         tier_.run_buffers_bytes_ -= len_;
         return;
       }
     }
+    len_ = std::bit_ceil(need);
     void* p = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
   }
   ~RunBuffer() {
     if (data_ == nullptr) return;
+    std::vector<std::pair<size_t, char*>> unmap;
     {
       MutexLock lock(tier_.stream_mu_);
-      if (tier_.run_buffers_bytes_ + len_ <= tier_.options_.stream_buffer_bytes) {
-        tier_.run_buffers_.emplace(len_, data_);
-        tier_.run_buffers_bytes_ += len_;
-        return;
+      tier_.run_buffers_.emplace(len_, data_);
+      tier_.run_buffers_bytes_ += len_;
+      while (tier_.run_buffers_bytes_ > tier_.options_.stream_buffer_bytes) {
+        auto smallest = tier_.run_buffers_.begin();
+        unmap.emplace_back(*smallest);
+        tier_.run_buffers_bytes_ -= smallest->first;
+        tier_.run_buffers_.erase(smallest);
       }
     }
-    ::munmap(data_, len_);
+    for (const auto& [len, buffer] : unmap) ::munmap(buffer, len);
   }
   RunBuffer(const RunBuffer&) = delete;
   RunBuffer& operator=(const RunBuffer&) = delete;
@@ -406,7 +415,7 @@ class SsdTier::RunBuffer {
  private:
   static constexpr size_t kMinLen = 256u << 10;
   SsdTier& tier_;
-  const size_t len_;
+  size_t len_ = 0;
   char* data_ = nullptr;
 };
 
@@ -436,9 +445,9 @@ class SsdTier::StreamBuffers {
   const uint64_t bytes_;
 };
 
-std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
-  std::vector<bool> in_ram(items.size(), false);
-  if (ram_ == nullptr) return in_ram;
+std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items, const Taker& take) {
+  std::vector<bool> brought(items.size(), false);
+  if (ram_ == nullptr) return brought;
   struct Want {
     size_t item;
     IndexRecord rec;
@@ -454,7 +463,7 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
       if (it != pending_.end() && it->second.id == item.id) pending = it->second.bytes;
     }
     if (pending) {
-      in_ram[i] = ram_->Insert(item.key, item.id, std::move(*pending));
+      brought[i] = ram_->Insert(item.key, item.id, std::move(*pending));
       continue;
     }
     if (std::optional<IndexRecord> rec = CurrentRecord(item.key, item.id)) {
@@ -541,24 +550,27 @@ std::vector<bool> SsdTier::Stream(std::span<const StreamItem> items) {
       for (size_t w = run.first; w < run.last; ++w) {
         const StreamItem& item = items[wants[w].item];
         const IndexRecord& rec = wants[w].rec;
-        Result<ChunkBytes> plain = DecodeStreamed(bytes, run.start, item.key, rec);
+        Result<ChunkBytes> plain =
+            DecodeStreamed(bytes, run.start, item.key, rec, /*borrow=*/true);
         if (!plain.ok()) {
           EntryCorrupt(item.key, rec, plain.status());
           continue;
         }
-        if (ram_->Insert(item.key, item.id, std::move(plain).value())) {
-          in_ram[wants[w].item] = true;
+        if ((take && take(item, plain->span())) ||
+            ram_->Insert(item.key, item.id, std::move(plain).value().Owned())) {
+          brought[wants[w].item] = true;
           ++streamed_;
         }
       }
       run.buffer.reset();  // release each run's memory as soon as it is decoded
     }
   }
-  return in_ram;
+  return brought;
 }
 
 Result<ChunkBytes> SsdTier::DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
-                                           const ChunkKey& key, const IndexRecord& rec) const {
+                                           const ChunkKey& key, const IndexRecord& rec,
+                                           bool borrow) const {
   const uint64_t at = rec.offset - bytes_offset;
   if (bytes.size() < at + EntryLen(rec)) {
     return Status::Corruption(
@@ -571,7 +583,7 @@ Result<ChunkBytes> SsdTier::DecodeStreamed(std::span<const char> bytes, uint64_t
                     header.ok() ? "entry is not the indexed one" : header.status().message()));
   }
   Result<ChunkBytes> plain =
-      DecodeEntryData(*header, bytes.subspan(at + kEntryHeaderSize, rec.stored_len));
+      DecodeEntryData(*header, bytes.subspan(at + kEntryHeaderSize, rec.stored_len), borrow);
   if (!plain.ok()) {
     return Status::Corruption(
         fmt::format("pack {} offset {}: {}", rec.pack_id, rec.offset, plain.status().message()));

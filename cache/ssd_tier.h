@@ -36,9 +36,11 @@
 // in runs of adjacent entries (up to stream_io_bytes each, stream_depth runs in flight
 // on one io_uring submission, O_DIRECT so the pack bytes do not also sit in the page
 // cache). Each entry is verified as a demand read verifies it (header, key, lengths,
-// XXH3); a bad one is dropped and counted, never inserted. Good ones are copied out of
-// the run buffer (the RAM tier's budget counts exactly their bytes) and inserted into
-// the RAM tier, whose policy may refuse them.
+// XXH3); a bad one is dropped and counted, never inserted. Good ones are offered to the
+// caller's taker, if any, straight from the run buffer (readahead pushes whole files
+// on into the kernel's page cache from there); the others are copied out of the run
+// buffer (the RAM tier's budget counts exactly their bytes) and inserted into the RAM
+// tier, whose policy may refuse them.
 //
 // Start-up. A missing, never-completed or corrupt index is rebuilt by scanning every pack
 // (latest entry of a key wins; data checksums verified). Records pointing at missing
@@ -58,6 +60,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -135,9 +138,12 @@ class SsdTier {
   std::optional<uint64_t> Position(const ChunkKey& key) const;
 
   // Brings the items the tier holds with their identity into the RAM tier (see
-  // Streaming above). Returns, per item, whether its bytes are now in RAM. Never fails:
-  // every problem leaves that item out (and is counted).
-  std::vector<bool> Stream(std::span<const StreamItem> items);
+  // Streaming above). Each verified item is offered to `take` first, if set, with its
+  // bytes in the run buffer (valid during the call only): an item it takes is not
+  // copied into the RAM tier. Returns, per item, whether its bytes were brought (into
+  // RAM, or taken). Never fails: every problem leaves that item out (and is counted).
+  using Taker = std::function<bool(const StreamItem& item, std::span<const char> bytes)>;
+  std::vector<bool> Stream(std::span<const StreamItem> items, const Taker& take = {});
 
   // Queues the chunk for persistence. Never blocks; returns false if it was dropped
   // (queue full, tier full or degraded).
@@ -201,11 +207,13 @@ class SsdTier {
   void EntryCorrupt(const ChunkKey& key, const IndexRecord& record, const Status& why);
   class StreamBuffers;  // a scoped share of stream_buffer_bytes
   class RunBuffer;      // one run's O_DIRECT buffer, back to run_buffers_ when done
-  // Verifies and decodes (copies out) the entry `rec` of `key` found in `bytes` (pack
-  // bytes from `bytes_offset`: a streamed run or a read-around window); kCorruption
-  // with its location when anything disagrees.
+  // Verifies and decodes (copies out, or with `borrow` points into `bytes` where raw)
+  // the entry `rec` of `key` found in `bytes` (pack bytes from `bytes_offset`: a
+  // streamed run or a read-around window); kCorruption with its location when anything
+  // disagrees.
   Result<ChunkBytes> DecodeStreamed(std::span<const char> bytes, uint64_t bytes_offset,
-                                    const ChunkKey& key, const IndexRecord& rec) const;
+                                    const ChunkKey& key, const IndexRecord& rec,
+                                    bool borrow = false) const;
   void AddLiveLocked(const IndexRecord& record, int64_t sign) REQUIRES(meta_mu_);
 
   // Writer thread.

@@ -109,11 +109,33 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     if (!one_copy_ && cache_->HoldsInRam(file)) residency_->NoteHeldWhole(*node, file.size);
     return PushResult::kRefused;
   }
+  return StoreChecked(*node, file, [&](const cache::Cache::KernelStore& store) {
+    return one_copy_ ? cache_->MoveToKernel(file, store) : cache_->CopyToKernel(file, store);
+  });
+}
+
+bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) {
+  // Under a memory limit pushed pages are charged as kernel entries of the RAM tier,
+  // which take its bytes first (Push).
+  if (one_copy_ || bytes.size() != file.size) return false;
+  std::shared_lock attached(attach_mu_);
+  if (session_ == nullptr) return false;
+  std::shared_ptr<fs::Inode> node = inodes_->FindBySource(file.dev, file.ino);
+  if (!node || node->is_dir) return false;  // Offer counts and retries it, from RAM
+  const PushResult pushed = StoreChecked(*node, file, [&](const cache::Cache::KernelStore& store) {
+    return store(0, bytes);
+  });
+  if (pushed == PushResult::kPushed) pushed_from_stream_.fetch_add(1, std::memory_order_relaxed);
+  return pushed == PushResult::kPushed;
+}
+
+PushResult PageCachePusher::StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
+                                         const Deliver& deliver) {
   bool stored = false;
   bool forgotten = false;
   {
-    MutexLock order(node->open_order);
-    const Result<WriteFence::Held> fenced = fence_->Enter(*inodes_, *node);
+    MutexLock order(node.open_order);
+    const Result<WriteFence::Held> fenced = fence_->Enter(*inodes_, node);
     if (!fenced.ok()) {
       if (fenced.status().code() == Code::kBusy) {
         writers_open_.fetch_add(1, std::memory_order_relaxed);
@@ -121,12 +143,12 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
       refused_.fetch_add(1, std::memory_order_relaxed);
       return PushResult::kRefused;
     }
-    const fs::InodeTable::Observation seen = fs::InodeTable::Observe(*node);
-    if (!MayStore(*node, file, seen)) {
+    const fs::InodeTable::Observation seen = fs::InodeTable::Observe(node);
+    if (!MayStore(node, file, seen)) {
       refused_.fetch_add(1, std::memory_order_relaxed);
       return PushResult::kRefused;
     }
-    const uint64_t nodeid = node->nodeid;
+    const uint64_t nodeid = node.nodeid;
     const cache::Cache::KernelStore store = [&](uint64_t offset, std::span<const char> bytes) {
       struct fuse_bufvec buf = FUSE_BUFVEC_INIT(bytes.size());
       buf.buf[0].mem = const_cast<char*>(bytes.data());
@@ -141,11 +163,11 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
       }
       return err == 0;
     };
-    stored = one_copy_ ? cache_->MoveToKernel(file, store) : cache_->CopyToKernel(file, store);
+    stored = deliver(store);
     // Stat after store: a change the first check missed is caught here; a later one
     // reaches the watcher (or the next open) after the store, whose drop then follows it.
-    const fs::InodeTable::Observation after = fs::InodeTable::Observe(*node);
-    Result<cache::SourceIdentity> now = StatNow(*node);
+    const fs::InodeTable::Observation after = fs::InodeTable::Observe(node);
+    Result<cache::SourceIdentity> now = StatNow(node);
     if (after.during_change || after.changes_made != seen.changes_made || !now.ok() ||
         !(*now == file)) {
       invalidator_->InvalidateInode(nodeid);
@@ -163,7 +185,7 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return PushResult::kRefused;
   }
-  residency_->NoteHeldWhole(*node, file.size);
+  residency_->NoteHeldWhole(node, file.size);
   pushed_files_.fetch_add(1, std::memory_order_relaxed);
   pushed_bytes_.fetch_add(file.size, std::memory_order_relaxed);
   return PushResult::kPushed;
@@ -340,6 +362,7 @@ PageCachePusher::Stats PageCachePusher::GetStats() const {
   s.dropped_after = dropped_after_.load();
   s.reads_moved = reads_moved_.load();
   s.reads_dropped = reads_dropped_.load();
+  s.pushed_from_stream = pushed_from_stream_.load();
   return s;
 }
 
@@ -353,6 +376,12 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
   visit(CounterInfo{"pushed_bytes", "Bytes readahead put into the kernel's page cache.", kCounter}
             .Show({.row = "page cache pushes", .label = "pushed", .unit = kBytes}),
         s.pushed_bytes);
+  visit(CounterInfo{"pushed_from_stream",
+                    "Of pushed_files: stored straight from the SSD tier's stream, never copied "
+                    "into the RAM tier (no memory limit).",
+                    kCounter}
+            .Show({.row = "page cache pushes", .label = "from the stream"}),
+        s.pushed_from_stream);
   visit(CounterInfo{"push_not_known",
                     "Pushes skipped: the kernel had not looked the file up yet.", kCounter}
             .Show({.row = "page cache pushes", .label = "inode unknown"}),

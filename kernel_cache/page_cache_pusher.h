@@ -43,8 +43,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <shared_mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -101,6 +103,9 @@ class PageCachePusher final : public prefetch::KernelPages {
   // on this class's thread.
   void Offer(const cache::SourceIdentity& file) override;
   bool HoldsWhole(uint64_t dev, uint64_t ino) const override;
+  // Without a memory limit only (the kernel's copy is its own then): stores `bytes` as
+  // Push stores a file's, with the same checks, from the caller's buffer.
+  bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) override;
   // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
   // page cache now. Unless kPushed, the bytes stay in RAM.
   PushResult Push(const cache::SourceIdentity& file);
@@ -133,6 +138,7 @@ class PageCachePusher final : public prefetch::KernelPages {
     uint64_t dropped_after = 0;  // found changed right after the store: dropped at once
     uint64_t reads_moved = 0;    // files a READ delivered whole, then charged as kernel entries
     uint64_t reads_dropped = 0;  // files a READ delivered whole, whose pages were dropped
+    uint64_t pushed_from_stream = 0;  // of pushed_files: by TakeWhole
   };
   Stats GetStats() const;
   // Names the counters above (base/counters.h); `pusher` may be null (pushing off):
@@ -147,6 +153,12 @@ class PageCachePusher final : public prefetch::KernelPages {
   bool MayStore(fs::Inode& node, const cache::SourceIdentity& file,
                 const fs::InodeTable::Observation& seen);
   Result<cache::SourceIdentity> StatNow(const fs::Inode& node) const;
+  // Stores `file`'s bytes into `node`'s pages by calling `deliver` with the store, under
+  // the node's open_order and behind the write fence, between the identity checks that
+  // keep the pages from being stale (see the top of this file). Under attach_mu_.
+  using Deliver = std::function<bool(const cache::Cache::KernelStore& store)>;
+  PushResult StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
+                          const Deliver& deliver);
 
   // Held shared by each push and exclusively by Attach/Detach.
   mutable std::shared_mutex attach_mu_;
@@ -176,7 +188,8 @@ class PageCachePusher final : public prefetch::KernelPages {
   std::chrono::steady_clock::time_point next_retry_ GUARDED_BY(drops_mu_){};
 
   std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, not_known_{0}, refused_{0},
-      writers_open_{0}, store_errors_{0}, dropped_after_{0}, reads_moved_{0}, reads_dropped_{0};
+      writers_open_{0}, store_errors_{0}, dropped_after_{0}, reads_moved_{0}, reads_dropped_{0},
+      pushed_from_stream_{0};
   std::thread drop_thread_;
 };
 

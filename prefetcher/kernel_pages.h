@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "cache/cache.h"
 
@@ -27,6 +28,13 @@ class KernelPages {
   // the RAM tier holds it and the kernel does not hold it whole already). May block
   // briefly (one store per chunk).
   virtual void Offer(const cache::SourceIdentity& file) = 0;
+  // The whole of `file`, verified and just read from the SSD tier, is in `bytes` (valid
+  // during the call only) and not in the RAM tier: true when they went on into the
+  // kernel's page cache now, as the kernel's own copy, so that the RAM tier need not
+  // copy them. False (the kernel has no inode for the file yet, a memory limit wants
+  // pushed pages charged to the RAM tier, any refusal): the caller keeps the bytes in
+  // the RAM tier and offers the file as usual.
+  virtual bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) = 0;
   // Whether the kernel's page cache holds the whole of file (dev, ino), as far as the
   // FUSE layer saw it fill (fs/inode_table.h, residency): readahead then has nothing to
   // bring. Cheap (no kernel call, no source stat). A wrong "yes" (pages the kernel

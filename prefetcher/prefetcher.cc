@@ -964,19 +964,37 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
   }
   if (ids.empty()) return rest;
   WaitForDemandReads();
-  const std::vector<bool> in_ram = cache_->StreamFromSsd(ids);
+  // Whole files go on into the kernel's page cache straight from the stream's buffers,
+  // where the kernel takes them; the rest land in RAM and are offered below.
+  std::unordered_set<FileKey, FileKeyHash> in_kernel;
+  cache::Cache::WholeFileTaker push_whole;
+  KernelPages* pages = options_.push_to_kernel ? kernel_pages_.load() : nullptr;
+  if (pages != nullptr) {
+    push_whole = [&](const cache::SourceIdentity& id, std::span<const char> bytes) {
+      const FileKey key{id.dev, id.ino};
+      {
+        MutexLock lock(mu_);
+        if (accessed_.count(key) != 0) return false;  // the reader got there first
+      }
+      if (!pages->TakeWhole(id, bytes)) return false;
+      in_kernel.insert(key);
+      return true;
+    };
+  }
+  const std::vector<bool> brought = cache_->StreamFromSsd(ids, push_whole);
   std::vector<cache::SourceIdentity> to_push;
   {
     MutexLock lock(mu_);
     for (size_t k = 0; k < ids.size(); ++k) {
       const FileKey key{ids[k].dev, ids[k].ino};
       if (!batch[which[k]].key) prefetched_.insert(key);
-      if (accessed_.count(key) != 0) continue;  // the reader got there first
-      if (in_ram[k]) {
+      const bool pushed = in_kernel.count(key) != 0;
+      if (!pushed && accessed_.count(key) != 0) continue;  // the reader got there first
+      if (brought[k]) {
         ++prefetched_count_;
         landed_.insert(key);
         taken_.erase(key);
-        to_push.push_back(ids[k]);
+        if (!pushed) to_push.push_back(ids[k]);
       } else {
         rest.push_back(std::move(batch[which[k]]));
       }

@@ -502,6 +502,7 @@ const std::vector<std::string> kStatsKeys = {
     "pushed_at_open",
     "pushed_bytes",
     "pushed_files",
+    "pushed_from_stream",
     "ram_budget_bytes",
     "ram_bytes",
     "ram_entries",
