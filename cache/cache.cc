@@ -182,6 +182,18 @@ class CacheImpl final : public Cache {
     return chunks > 0;
   }
 
+  bool MoveToKernel(const SourceIdentity& file, std::span<const char> bytes,
+                    const KernelStore& store) override {
+    if (!options_.drop_kernel_pages || file.size != bytes.size() || ChunksOf(file) != 1) return false;
+    const ChunkKey key{file.dev, file.ino, 0};
+    if (!ram_->InsertKernelEntry(key, file, bytes.size())) return false;
+    if (!store(0, bytes)) {
+      ram_->EraseFile(file.dev, file.ino);  // its drop is harmless: nothing was stored
+      return false;
+    }
+    return true;
+  }
+
   bool CopyToKernel(const SourceIdentity& file, const KernelStore& store) override {
     const uint64_t chunks = ChunksOf(file);
     bool copied = false;

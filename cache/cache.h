@@ -264,6 +264,12 @@ class Cache {
   // move: false, and that chunk stays in RAM. Already-moved chunks stay moved.
   using KernelStore = std::function<bool(uint64_t offset, std::span<const char> bytes)>;
   virtual bool MoveToKernel(const SourceIdentity& file, const KernelStore& store) = 0;
+  // The same for a whole file (one chunk) the tier does not hold, whose bytes the caller
+  // has (StreamFromSsd's taker): a kernel entry is made for it, charged as its pages,
+  // then `store(0, bytes)` is called. False when the tier does not admit it or `store`
+  // refuses; no entry is left then.
+  virtual bool MoveToKernel(const SourceIdentity& file, std::span<const char> bytes,
+                            const KernelStore& store) = 0;
   // The same, but the tier keeps its bytes (and their charge): the kernel's copy is then
   // its own, like the pages of any read, and a file is copied again only once a read
   // reaching the daemon showed the kernel lost it. False when nothing was copied.

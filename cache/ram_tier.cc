@@ -101,6 +101,36 @@ bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes b
   return inserted;
 }
 
+bool RamTier::InsertKernelEntry(const ChunkKey& key, const SourceIdentity& id, uint64_t size) {
+  if (!drop_kernel_pages_) return false;  // nothing could drop its pages
+  const uint64_t need = KernelCharge(size);
+  Released released;
+  bool inserted = false;
+  {
+    MutexLock lock(mu_);
+    if (need > budget_) return false;
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      EraseLocked(it, &released, it->second.in_kernel() && it->second.id == id);
+    }
+    inserted = [&]() REQUIRES(mu_) {
+      if (bytes_ + need > budget_) {
+        if (!policy_->AdmitWhenFull(key, need)) return false;
+        if (!MakeRoomLocked(need, nullptr, &released)) return false;
+      }
+      Entry entry{id, ChunkBytes{}};
+      entry.kernel_size = size;
+      entries_.emplace(key, std::move(entry));
+      bytes_ += need;
+      kernel_bytes_ += need;
+      ++kernel_entries_;
+      policy_->OnInsert(key, need);
+      return true;
+    }();
+  }
+  Finish(released);
+  return inserted;
+}
+
 bool RamTier::InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
   const uint64_t need = Charge(bytes);
   if (bytes.owner == nullptr) return false;

@@ -76,6 +76,10 @@ class RamTier {
   // Turns the entry (key, id) with bytes into a kernel entry and returns its bytes, for
   // the caller to push into the kernel's page cache; nullopt if there is no such entry.
   std::optional<ChunkBytes> TakeForKernel(const ChunkKey& key, const SourceIdentity& id);
+  // Inserts a kernel entry for (key, id) of `size` bytes that the caller is about to
+  // push into the kernel's page cache itself (bytes the tier never held), charged and
+  // admitted like an insert of that charge. Returns whether the entry is now in the tier.
+  bool InsertKernelEntry(const ChunkKey& key, const SourceIdentity& id, uint64_t size);
   // The push of TakeForKernel's bytes failed: the kernel entry gets its bytes back (if
   // it is still there; nothing is reported as dropped).
   void ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes);

@@ -150,6 +150,34 @@ TEST(RamTierTest, KernelEntriesAreChargedAsPagesAndDroppedWhenTheyLeave) {
   EXPECT_EQ(dropped, (std::vector<uint64_t>{1, 2, 3}));
 }
 
+// A kernel entry made for bytes the tier never held (pushed straight from a stream) is
+// charged, admitted and let go of as a moved entry is: within the budget, its pages
+// dropped when it is evicted; one larger than the budget is refused; a read's fill
+// replaces it without a drop.
+TEST(RamTierTest, AKernelEntryInsertedForBytesPushedElsewhereIsChargedAndDroppedLikeAMovedOne) {
+  std::vector<uint64_t> dropped;
+  const uint64_t budget = 2 * RamTier::KernelCharge(5000);
+  RamTier tier(budget, NewLruPolicy(), [&](uint64_t, uint64_t ino) { dropped.push_back(ino); });
+  ASSERT_TRUE(tier.InsertKernelEntry(Key(1), Id(1), 5000));
+  EXPECT_TRUE(tier.HoldsKernelEntry(Key(1), Id(1)));
+  EXPECT_FALSE(tier.HoldsBytes(Key(1), Id(1)));
+  auto s = tier.GetStats();
+  EXPECT_EQ(s.kernel_bytes, RamTier::KernelCharge(5000));
+  EXPECT_EQ(s.bytes, s.kernel_bytes);
+  EXPECT_EQ(s.kernel_entries, 1u);
+  EXPECT_FALSE(tier.InsertKernelEntry(Key(9), Id(9), budget));  // larger than the budget
+  ASSERT_TRUE(tier.InsertKernelEntry(Key(2), Id(2), 5000));
+  ASSERT_TRUE(tier.InsertKernelEntry(Key(3), Id(3), 5000));  // 1, the oldest, goes
+  EXPECT_LE(tier.GetStats().bytes, budget);
+  EXPECT_EQ(dropped, std::vector<uint64_t>{1});
+  ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(5000)));  // a READ's fill: the kernel lost it
+  EXPECT_TRUE(tier.HoldsBytes(Key(2), Id(2)));
+  EXPECT_EQ(dropped, std::vector<uint64_t>{1});
+  // Without a way to drop pages, no kernel entry is made.
+  RamTier no_drops(budget, NewLruPolicy());
+  EXPECT_FALSE(no_drops.InsertKernelEntry(Key(1), Id(1), 5000));
+}
+
 // A kernel entry is charged whole pages, more than the bytes it replaces: moving an
 // entry into the kernel makes room as an insert would (the oldest entry goes, its
 // pages dropped), and when nothing but the entry itself could go, it stays in RAM.

@@ -115,15 +115,15 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
 }
 
 bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) {
-  // Under a memory limit pushed pages are charged as kernel entries of the RAM tier,
-  // which take its bytes first (Push).
-  if (one_copy_ || bytes.size() != file.size) return false;
+  if (bytes.size() != file.size) return false;
   std::shared_lock attached(attach_mu_);
   if (session_ == nullptr) return false;
   std::shared_ptr<fs::Inode> node = inodes_->FindBySource(file.dev, file.ino);
   if (!node || node->is_dir) return false;  // Offer counts and retries it, from RAM
+  // Under a memory limit the pages are charged as a kernel entry of the RAM tier, made
+  // for them (Cache::MoveToKernel); without one they are the kernel's own copy.
   const PushResult pushed = StoreChecked(*node, file, [&](const cache::Cache::KernelStore& store) {
-    return store(0, bytes);
+    return one_copy_ ? cache_->MoveToKernel(file, bytes, store) : store(0, bytes);
   });
   if (pushed == PushResult::kPushed) pushed_from_stream_.fetch_add(1, std::memory_order_relaxed);
   return pushed == PushResult::kPushed;

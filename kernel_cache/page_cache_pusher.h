@@ -103,8 +103,9 @@ class PageCachePusher final : public prefetch::KernelPages {
   // on this class's thread.
   void Offer(const cache::SourceIdentity& file) override;
   bool HoldsWhole(uint64_t dev, uint64_t ino) const override;
-  // Without a memory limit only (the kernel's copy is its own then): stores `bytes` as
-  // Push stores a file's, with the same checks, from the caller's buffer.
+  // Stores `bytes` as Push stores a file's, with the same checks, from the caller's
+  // buffer: as the kernel's own copy, or under a memory limit as a kernel entry of the
+  // RAM tier made for it (charged and dropped like a moved file's).
   bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) override;
   // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
   // page cache now. Unless kPushed, the bytes stay in RAM.

@@ -30,10 +30,10 @@ class KernelPages {
   virtual void Offer(const cache::SourceIdentity& file) = 0;
   // The whole of `file`, verified and just read from the SSD tier, is in `bytes` (valid
   // during the call only) and not in the RAM tier: true when they went on into the
-  // kernel's page cache now, as the kernel's own copy, so that the RAM tier need not
-  // copy them. False (the kernel has no inode for the file yet, a memory limit wants
-  // pushed pages charged to the RAM tier, any refusal): the caller keeps the bytes in
-  // the RAM tier and offers the file as usual.
+  // kernel's page cache now (charged to the RAM tier as a pushed file's pages are, where
+  // a memory limit applies), so that the RAM tier need not copy them. False (the kernel
+  // has no inode for the file yet, the RAM tier would not admit its charge, any
+  // refusal): the caller keeps the bytes in the RAM tier and offers the file as usual.
   virtual bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) = 0;
   // Whether the kernel's page cache holds the whole of file (dev, ino), as far as the
   // FUSE layer saw it fill (fs/inode_table.h, residency): readahead then has nothing to

@@ -250,6 +250,12 @@ class PrefetcherImpl final : public Prefetcher {
   void PassOverLocked(const FileKey& key) REQUIRES(mu_) {
     if (prefetched_.insert(key).second) ++prefetch_in_kernel_;
   }
+  // InKernelLocked for a candidate picked by path (a sequential guess), whose file is
+  // known only once it was looked up on the source.
+  bool PassedOverNow(const FileKey& key) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return InKernelLocked(key);
+  }
   // Whether the policy would refuse `key` once the prefetches in flight have landed
   // (each takes one place): fetching it now would only waste source IO.
   bool RefusedLocked(const FileKey& key, uint64_t /*bytes*/) REQUIRES(mu_) {
@@ -959,6 +965,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
       rest.push_back(std::move(batch[i]));  // Fetch() meets the error and counts it
       continue;
     }
+    if (!batch[i].key && PassedOverNow(FileKey{id->dev, id->ino})) continue;
     ids.push_back(*id);
     which.push_back(i);
   }
@@ -1048,6 +1055,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     return;
   }
   const FileKey key{opened->id.dev, opened->id.ino};
+  if (!candidate.key && PassedOverNow(key)) return;
   {
     MutexLock lock(mu_);
     if (accessed_.count(key) != 0) return;  // the reader got there first

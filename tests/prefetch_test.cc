@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -826,37 +827,73 @@ TEST_P(PushTest, PushedFilesCostNoReadAndAChangeUnderneathIsNeverServedStale) {
   ShuffledEpoch(names, 5, changed);
 }
 
-// Without a memory limit, a file streamed from the SSD tier whose inode the kernel has
-// goes from the stream's buffers straight into its page cache, with no copy in RAM
-// (Cache::StreamFromSsd's taker). Such a push has the same checks as one from RAM: a
-// file changed underneath after it is read with its new bytes, in both modes. (No
-// epoch record: nothing streams at mount, before the listing below gave the kernel the
-// inodes; the published plan then streams them.)
-TEST_P(PushTest, FilesPushedStraightFromTheStreamAreNeverReadStale) {
-  const auto names = FillAndUnmount(300, {});
-  fsys::remove_all(cache_ / "epochs");
-  auto m = MountIt();
-  ASSERT_TRUE(m->ok());
-  ListAll();
-  auto order = names;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(11));  // ShuffledEpoch's, seed 11
-  ASSERT_EQ(WritePlan(mnt_, PlanText(order)), 0);
-  // Readahead goes up to 256 files past the reader.
-  EXPECT_GE(WaitFor(*m, "pushed_files", 250), 250u) << PushSummary(*m);
-  const auto s = m->Stats();
-  EXPECT_GE(s["pushed_from_stream"].get<uint64_t>(), 200u) << PushSummary(*m);
-  EXPECT_EQ(s["ssd_streamed"].get<uint64_t>(), s["ram_entries"].get<uint64_t>() +
-                                                   s["pushed_from_stream"].get<uint64_t>())
-      << "a file taken by the stream was also copied into RAM: " << s.dump();
+// A file streamed from the SSD tier whose inode the kernel has goes from the stream's
+// buffers straight into its page cache, with no copy in RAM (Cache::StreamFromSsd's
+// taker): the kernel's own copy, or under a memory limit a kernel entry of the RAM tier
+// made for it, charged to --ram. Such a push has the same checks as one from RAM: a file
+// changed underneath after it is read with its new bytes, in both modes. (No epoch
+// record: nothing streams at mount, before the listing gave the kernel the inodes; the
+// published plan then streams them.)
+class StraightFromTheStreamTest : public PushTest {
+ protected:
+  void PushThenChange(const MemoryCgroup* group) {
+    const auto names = FillAndUnmount(300, {});
+    fsys::remove_all(cache_ / "epochs");
+    std::unique_ptr<Mount> m;
+    std::optional<UnmountOnExit> unmount;
+    if (group != nullptr) {
+      const CommandResult mounted = MountInside(*group, "96M");
+      ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+      unmount.emplace(mnt_);
+    } else {
+      m = MountIt();
+      ASSERT_TRUE(m->ok());
+    }
+    const auto stats = [this] { return MountStats(); };
+    ListAll();
+    auto order = names;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(11));  // ShuffledEpoch's, seed 11
+    ASSERT_EQ(WritePlan(mnt_, PlanText(order)), 0);
+    // Readahead goes up to 256 files past the reader.
+    for (int i = 0; i < 200 && stats()["pushed_files"].get<uint64_t>() < 250; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto s = stats();
+    ASSERT_GE(s["pushed_files"].get<uint64_t>(), 250u) << s.dump();
+    EXPECT_GE(s["pushed_from_stream"].get<uint64_t>(), 200u) << s.dump();
+    if (group != nullptr) {
+      // Charged as pushed pages are: kernel entries, within the tier's budget.
+      EXPECT_GE(s["kernel_page_entries"].get<uint64_t>(), 200u) << s.dump();
+      EXPECT_LE(s["ram_bytes"].get<uint64_t>(), s["ram_tier_budget_bytes"].get<uint64_t>()) << s.dump();
+      EXPECT_LE(group->PageCacheBytes(), s["ram_tier_budget_bytes"].get<uint64_t>() + (2u << 20))
+          << s.dump();
+    } else {
+      EXPECT_EQ(s["ssd_streamed"].get<uint64_t>(),
+                s["ram_entries"].get<uint64_t>() + s["pushed_from_stream"].get<uint64_t>())
+          << "a file taken by the stream was also copied into RAM: " << s.dump();
+    }
 
-  std::map<std::string, std::string> changed;
-  ChangeUnderneath(changed, order[5], RandomBytes(kSize, 710'005), /*old_mtime=*/true);
-  ChangeUnderneath(changed, order[50], RandomBytes(kSize + 5000, 710'050));
-  ChangeUnderneath(changed, order[100], "");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
-  ShuffledEpoch(names, 11, changed);
-  ShuffledEpoch(names, 12, changed);  // and again, with the kernel's pages as they are now
+    std::map<std::string, std::string> changed;
+    ChangeUnderneath(changed, order[5], RandomBytes(kSize, 710'005), /*old_mtime=*/true);
+    ChangeUnderneath(changed, order[50], RandomBytes(kSize + 5000, 710'050));
+    ChangeUnderneath(changed, order[100], "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
+    ShuffledEpoch(names, 11, changed);
+    if (HasFatalFailure()) return;
+    ShuffledEpoch(names, 12, changed);  // and again, with the kernel's pages as they are now
+    if (group != nullptr) EXPECT_EQ(group->OomKills(), 0u);
+  }
+};
+
+TEST_P(StraightFromTheStreamTest, AChangeUnderneathIsNeverReadStale) { PushThenChange(nullptr); }
+
+TEST_P(StraightFromTheStreamTest, UnderAMemoryLimitTheyAreChargedAndAChangeIsNeverReadStale) {
+  MemoryCgroup group(1ull << 30);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
+  PushThenChange(&group);
 }
+
+INSTANTIATE_TEST_SUITE_P(Consistency, StraightFromTheStreamTest, ::testing::Values("notify", "open"));
 
 // A reader that never lists (it opens files by path from a list of its own) gives the
 // kernel no inode before each open. After a restart the daemon lists the recorded
