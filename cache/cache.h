@@ -250,8 +250,8 @@ class Cache {
   // `take`, if set, is offered each file stored whole (one chunk) first, with its
   // verified bytes straight from the read buffer, valid during the call only: a file
   // it takes is not copied into the RAM tier, and counts as brought. (Readahead pushes
-  // such files on into the kernel's page cache; a copy in RAM as well cost the daemon
-  // more CPU than the rest of the streaming.)
+  // such files on into the kernel's page cache, where a RAM copy would only add fresh
+  // memory and a copy per file: docs/architecture.md, "Pushed pages".)
   using WholeFileTaker = std::function<bool(const SourceIdentity& file, std::span<const char> bytes)>;
   virtual std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files,
                                           const WholeFileTaker& take = {}) = 0;

@@ -112,7 +112,7 @@ class AccessWatcher {
   std::chrono::steady_clock::time_point pause_checked_{};
   uint64_t quiet_since_epoch_ = 0, quiet_reads_ = 0, quiet_prefetched_ = UINT64_MAX;
   // The watcher thread's own: when it last read events (see Run).
-  static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(1);
+  static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(4);
   std::chrono::steady_clock::time_point last_read_{};
   std::thread thread_;
 };
