@@ -169,7 +169,8 @@ struct SsdStats {
   uint64_t read_errors = 0;      // pack reads that failed (served as misses)
   uint64_t compressed_entries = 0;
   uint64_t read_around_entries = 0;  // neighbours handed to the RAM tier by read-around
-  // Stream() (Cache::StreamFromSsd): entries brought into RAM, the IOs and bytes read.
+  // Stream() (Cache::StreamFromSsd): entries brought (into RAM, or taken by its taker),
+  // the IOs and bytes read.
   uint64_t streamed_entries = 0, stream_ios = 0, stream_bytes = 0;
   // At start-up: index records that pointed at missing pack bytes (dropped), and
   // whether the index was found damaged and rebuilt from the packs.
@@ -199,8 +200,9 @@ struct CacheStats {
   // Of both tiers: entries dropped because the source identity changed.
   uint64_t stale_entries = 0;
   uint64_t not_admitted = 0;  // fills skipped: file changed too recently to trust
-  // Prefetch(): chunks brought into RAM from the SSD tier / read from the source, and
-  // chunks found already in RAM. Not counted as hits or misses.
+  // Prefetch() and StreamFromSsd(): chunks brought from the SSD tier (into RAM, or taken
+  // by StreamFromSsd's taker) / read from the source, and chunks found already in RAM.
+  // Not counted as hits or misses.
   uint64_t prefetch_from_ssd = 0, prefetch_from_source = 0, prefetch_already_cached = 0;
   uint64_t prefetch_bytes = 0;  // bytes of the above read from SSD or source
   bool io_uring = false;        // whether the io_uring path is in use

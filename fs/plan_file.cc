@@ -408,6 +408,10 @@ Status PlanFile::Write(uint64_t offset, std::string_view data, uid_t uid, gid_t 
         p.generation = ++generations_;
         if (!p.pending.empty()) pending_cv_.notify_one();
         auto [merged, plans] = MergeLocked();
+        // The publisher's opens up to this write are its last epoch's, though fanotify may
+        // not have delivered them yet ("notify" mode): counted in the new epoch, one read
+        // again there would end it early, and its plan with it.
+        if (new_epoch && fs_ != nullptr) fs_->BeforeNewEpochPlan();
         if (prefetcher_) prefetcher_->Publish(std::move(merged), new_epoch, plans);
       }
     }

@@ -213,6 +213,11 @@ class SourceFs {
   // (fs/source_observer.h); null: to nobody. Set before mounting, cleared after the
   // session loop ended.
   void SetObserver(SourceObserver* observer) { observer_.store(observer); }
+  // A plan that begins a new epoch is about to take effect (PlanFile): the observer
+  // hands over the opens made before it first (SourceObserver::BeforeNewEpochPlan).
+  void BeforeNewEpochPlan() const {
+    if (SourceObserver* observer = observer_.load()) observer->BeforeNewEpochPlan();
+  }
 
  private:
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,

@@ -33,6 +33,10 @@ class SourceObserver {
   // still be put in the kernel before the reply), then was answered.
   virtual void BeforeReadOnlyOpen(Inode& node) = 0;
   virtual void ReadOnlyOpened(const Inode& node) = 0;
+  // A plan that begins a new epoch is about to take effect (fs/plan_file.h): opens made
+  // before it belong to the old epoch and must reach the prefetcher first. May wait for
+  // that briefly (no request to the mount).
+  virtual void BeforeNewEpochPlan() = 0;
   // A READ of `node` at `offset` reached the daemon.
   virtual void DemandRead(const Inode& node, uint64_t offset) = 0;
   // A READ reply delivered `bytes` at `offset` of `file` into the kernel's page cache

@@ -179,7 +179,10 @@ void AccessWatcher::MarkQueued() {
   }
 }
 
+void AccessWatcher::Drain() { ReadEvents(); }
+
 void AccessWatcher::ReadEvents() {
+  MutexLock lock(read_mu_);
   alignas(struct fanotify_event_metadata) char buf[16384];
   const pid_t self = ::getpid();
   std::vector<prefetch::Prefetcher::Opened> opened;

@@ -71,6 +71,12 @@ class AccessWatcher {
   void Watch(const fs::Inode& dir);
   // The kernel forgot directory node `nodeid` (its mark went with its inode).
   void Forgotten(uint64_t nodeid);
+  // Hands the prefetcher every open made through the mount before this call, now
+  // (those the kernel has queued and the watcher has not read yet, up to its batch
+  // period later). Called before a plan that begins a new epoch takes effect, so that
+  // the old epoch's last opens are not counted in the new one. Blocks only while the
+  // watcher thread hands over a batch of its own; no request to the mount.
+  void Drain();
   // A READ of a file reached the daemon. Returns whether opens are not being seen now
   // (paused, or the marks not back yet): the caller then reports the read as an access
   // itself. Resumes watching if paused.
@@ -85,7 +91,9 @@ class AccessWatcher {
                 const fs::SourceFs& fs, prefetch::Prefetcher& prefetcher);
   void Run();
   void MarkQueued();
-  void ReadEvents();
+  // Reads every queued event and hands the opens to the prefetcher. One caller at a time
+  // (read_mu_): events read by one are handed over before another reads more.
+  void ReadEvents() EXCLUDES(read_mu_);
   // After events: pauses once two epochs passed with no READ and no readahead.
   void MaybePause();
 
@@ -95,6 +103,7 @@ class AccessWatcher {
   const fs::SourceFs& fs_;
   prefetch::Prefetcher& prefetcher_;
 
+  Mutex read_mu_;  // ReadEvents
   Mutex mu_;
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark

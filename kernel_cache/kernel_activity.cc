@@ -54,6 +54,12 @@ void KernelActivity::ReadOnlyOpened(const fs::Inode& node) {
   prefetcher_->OnRead(prefetch::FileKey{node.dev, node.ino}, fs_.RelativePath(node), 0);
 }
 
+void KernelActivity::BeforeNewEpochPlan() {
+  // The kernel queued the events of every open made before the plan's write: read now,
+  // they count in the epoch they were made in.
+  if (AccessWatcher* access = access_.load()) access->Drain();
+}
+
 void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
   // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
   // (it would count twice), unless the watcher is paused.

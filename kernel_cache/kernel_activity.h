@@ -53,6 +53,7 @@ class KernelActivity final : public fs::SourceObserver {
   void FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) override;
   void BeforeReadOnlyOpen(fs::Inode& node) override;
   void ReadOnlyOpened(const fs::Inode& node) override;
+  void BeforeNewEpochPlan() override;
   void DemandRead(const fs::Inode& node, uint64_t offset) override;
   void ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t bytes,
                     const cache::SourceIdentity& file) override;

@@ -378,7 +378,7 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
         s.pushed_bytes);
   visit(CounterInfo{"pushed_from_stream",
                     "Of pushed_files: stored straight from the SSD tier's stream, never copied "
-                    "into the RAM tier (no memory limit).",
+                    "into the RAM tier.",
                     kCounter}
             .Show({.row = "page cache pushes", .label = "from the stream"}),
         s.pushed_from_stream);

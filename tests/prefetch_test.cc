@@ -400,6 +400,35 @@ TEST_P(PrefetchTest, ReadaheadFromTheSourceStaysWithinItsBudget) {
   EXPECT_GT(s["prefetch_budget_wait_ms"].get<uint64_t>(), 0u) << s.dump();
 }
 
+// A loader publishes its next plan as soon as it has opened the last file of an epoch.
+// Those opens are the old epoch's, though the access watcher may read them a few
+// milliseconds after the plan arrived ("notify" mode): counted in the new epoch, a later
+// read of the same file there ended that epoch early and dropped its plan. Every epoch
+// is the plan's, whole.
+TEST_P(PrefetchTest, OpensJustBeforeANewPlanBelongToTheOldEpoch) {
+  const auto names = MakeFiles(120, 4, 4096);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  uint64_t epoch = m->Stats()["epoch"].get<uint64_t>();
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    auto order = names;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+    ASSERT_EQ(WritePlan(mnt_, PlanText(order)), 0);
+    // Read in order; the last 16 opened in a burst, as a loader's last batch is, and
+    // the next plan written right after (the next round).
+    for (size_t i = 0; i + 16 < order.size(); ++i) ASSERT_EQ(ReadFile(mnt_ / order[i]).size(), 4096u);
+    std::vector<int> fds;
+    for (size_t i = order.size() - 16; i < order.size(); ++i) {
+      fds.push_back(::open((mnt_ / order[i]).c_str(), O_RDONLY | O_CLOEXEC));
+    }
+    for (int fd : fds) ::close(fd);
+    const auto s = m->Stats();
+    EXPECT_EQ(s["epoch"].get<uint64_t>(), epoch + 1) << "seed " << seed << ": " << s.dump();
+    EXPECT_EQ(s["plan_entries"], 120) << "seed " << seed << ": " << s.dump();
+    epoch = s["epoch"].get<uint64_t>();
+  }
+}
+
 // Two ranks on one mount: each process's plan is its own and both are live at once (the
 // mount merges them); each is dropped when its process exits.
 TEST_P(PrefetchTest, EachProcessHasItsOwnPlanUntilItExits) {
