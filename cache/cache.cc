@@ -188,7 +188,7 @@ class CacheImpl final : public Cache {
     const ChunkKey key{file.dev, file.ino, 0};
     if (!ram_->InsertKernelEntry(key, file, bytes.size())) return false;
     if (!store(0, bytes)) {
-      ram_->EraseFile(file.dev, file.ino);  // its drop is harmless: nothing was stored
+      ram_->ForgetKernelEntry(key, file);
       return false;
     }
     return true;

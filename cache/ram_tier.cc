@@ -131,6 +131,17 @@ bool RamTier::InsertKernelEntry(const ChunkKey& key, const SourceIdentity& id, u
   return inserted;
 }
 
+void RamTier::ForgetKernelEntry(const ChunkKey& key, const SourceIdentity& id) {
+  Released released;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.id != id || !it->second.in_kernel()) return;
+    EraseLocked(it, &released, /*kernel_lost=*/true);
+  }
+  Finish(released);
+}
+
 bool RamTier::InsertIfRoom(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
   const uint64_t need = Charge(bytes);
   if (bytes.owner == nullptr) return false;

@@ -80,6 +80,9 @@ class RamTier {
   // push into the kernel's page cache itself (bytes the tier never held), charged and
   // admitted like an insert of that charge. Returns whether the entry is now in the tier.
   bool InsertKernelEntry(const ChunkKey& key, const SourceIdentity& id, uint64_t size);
+  // The store of InsertKernelEntry's pages failed: the entry goes, with no drop (nothing
+  // was stored, and a drop queued now could land on pages a later push stores).
+  void ForgetKernelEntry(const ChunkKey& key, const SourceIdentity& id);
   // The push of TakeForKernel's bytes failed: the kernel entry gets its bytes back (if
   // it is still there; nothing is reported as dropped).
   void ReturnFromKernel(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes);

@@ -173,6 +173,11 @@ TEST(RamTierTest, AKernelEntryInsertedForBytesPushedElsewhereIsChargedAndDropped
   ASSERT_TRUE(tier.Insert(Key(2), Id(2), Bytes(5000)));  // a READ's fill: the kernel lost it
   EXPECT_TRUE(tier.HoldsBytes(Key(2), Id(2)));
   EXPECT_EQ(dropped, std::vector<uint64_t>{1});
+  // One whose store failed is forgotten without a drop.
+  ASSERT_TRUE(tier.InsertKernelEntry(Key(4), Id(4), 5000));
+  tier.ForgetKernelEntry(Key(4), Id(4));
+  EXPECT_FALSE(tier.Contains(Key(4)));
+  EXPECT_EQ(dropped.size(), 2u);  // 1, and 3 evicted to make room for 4
   // Without a way to drop pages, no kernel entry is made.
   RamTier no_drops(budget, NewLruPolicy());
   EXPECT_FALSE(no_drops.InsertKernelEntry(Key(1), Id(1), 5000));

@@ -28,7 +28,8 @@
 // under "Warm epochs, what was done about it").
 //
 // Thread-safety: Watch() is thread-safe and never blocks on the kernel; one thread
-// makes marks, reads events and calls the prefetcher.
+// makes marks and pauses, and reads events, as does Drain() on its caller's thread (one
+// reader at a time).
 #pragma once
 
 #include <sys/fanotify.h>
@@ -76,7 +77,7 @@ class AccessWatcher {
   // period later). Called before a plan that begins a new epoch takes effect, so that
   // the old epoch's last opens are not counted in the new one. Blocks only while the
   // watcher thread hands over a batch of its own; no request to the mount.
-  void Drain();
+  void Drain() EXCLUDES(read_mu_);
   // A READ of a file reached the daemon. Returns whether opens are not being seen now
   // (paused, or the marks not back yet): the caller then reports the read as an access
   // itself. Resumes watching if paused.
