@@ -652,6 +652,21 @@ class StreamTest : public CacheTest {
     EXPECT_TRUE(cache->Flush().ok());
     return contents;
   }
+  // Flips a byte in the middle of the cache's only pack: inside the data of one of the
+  // middle entries. False when there is not exactly one pack.
+  bool FlipAByteInTheMiddleOfTheOnlyPack() const {
+    std::vector<fs::path> packs;
+    for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
+    if (packs.size() != 1) return false;
+    std::fstream f(packs[0], std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(packs[0]) / 2);
+    f.seekg(middle);
+    char c;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x01));
+    return static_cast<bool>(f);
+  }
   std::vector<SourceIdentity> Identities(int n) const {
     std::vector<SourceIdentity> ids;
     for (int i = 0; i < n; ++i) ids.push_back(OpenSourceFile(Src(std::to_string(i))).file.id);
@@ -691,19 +706,7 @@ TEST_P(StreamTest, BringsFilesIntoRamInFewLargeReads) {
 TEST_P(StreamTest, CorruptEntryInARunIsDroppedAndReadFromTheSource) {
   constexpr int kFiles = 20;
   const std::vector<std::string> contents = FillSsd(kFiles, 30'000);
-  std::vector<fs::path> packs;
-  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
-  ASSERT_EQ(packs.size(), 1u);
-  {
-    // A byte in the middle of the pack: inside the data of one of the middle entries.
-    std::fstream f(packs[0], std::ios::in | std::ios::out | std::ios::binary);
-    const auto middle = static_cast<std::streamoff>(fs::file_size(packs[0]) / 2);
-    f.seekg(middle);
-    char c;
-    f.get(c);
-    f.seekp(middle);
-    f.put(static_cast<char>(c ^ 0x01));
-  }
+  ASSERT_TRUE(FlipAByteInTheMiddleOfTheOnlyPack());
   auto cache = OpenCache(Options());
   const std::vector<bool> in_ram = cache->StreamFromSsd(Identities(kFiles));
   EXPECT_EQ(std::count(in_ram.begin(), in_ram.end(), false), 1);
@@ -756,18 +759,7 @@ TEST_P(StreamTest, RamBudgetHoldsWhileStreaming) {
 TEST_P(StreamTest, ATakerGetsVerifiedWholeFilesThatThenStayOutOfRam) {
   constexpr int kFiles = 20;
   const std::vector<std::string> contents = FillSsd(kFiles, 30'000);
-  std::vector<fs::path> packs;
-  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "packs")) packs.push_back(e.path());
-  ASSERT_EQ(packs.size(), 1u);
-  {
-    std::fstream f(packs[0], std::ios::in | std::ios::out | std::ios::binary);
-    const auto middle = static_cast<std::streamoff>(fs::file_size(packs[0]) / 2);
-    f.seekg(middle);
-    char c;
-    f.get(c);
-    f.seekp(middle);
-    f.put(static_cast<char>(c ^ 0x01));
-  }
+  ASSERT_TRUE(FlipAByteInTheMiddleOfTheOnlyPack());
   CacheOptions o = Options();
   o.read_around = false;  // a taken file's read then shows where it came from
   auto cache = OpenCache(o);

@@ -74,8 +74,19 @@ std::optional<ChunkBytes> RamTier::Lookup(const ChunkKey& key, const SourceIdent
 }
 
 bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes bytes) {
-  const uint64_t need = Charge(bytes);
   if (bytes.owner == nullptr) return false;
+  const uint64_t need = Charge(bytes);
+  return Admit(key, Entry{id, std::move(bytes)}, need);
+}
+
+bool RamTier::InsertKernelEntry(const ChunkKey& key, const SourceIdentity& id, uint64_t size) {
+  if (!drop_kernel_pages_) return false;  // nothing could drop its pages
+  Entry entry{id, ChunkBytes{}};
+  entry.kernel_size = size;
+  return Admit(key, std::move(entry), KernelCharge(size));
+}
+
+bool RamTier::Admit(const ChunkKey& key, Entry entry, uint64_t need) {
   Released released;  // freed and reported after the lock is dropped
   bool inserted = false;
   {
@@ -84,45 +95,19 @@ bool RamTier::Insert(const ChunkKey& key, const SourceIdentity& id, ChunkBytes b
     // A kernel entry of the same identity is being replaced by what a read brought: the
     // kernel lost those pages (that is why the read came).
     if (auto it = entries_.find(key); it != entries_.end()) {
-      EraseLocked(it, &released, it->second.in_kernel() && it->second.id == id);
+      EraseLocked(it, &released, it->second.in_kernel() && it->second.id == entry.id);
     }
     inserted = [&]() REQUIRES(mu_) {
       if (bytes_ + need > budget_) {
         if (!policy_->AdmitWhenFull(key, need)) return false;
         if (!MakeRoomLocked(need, nullptr, &released)) return false;
       }
-      entries_.emplace(key, Entry{id, std::move(bytes)});
-      bytes_ += need;
-      policy_->OnInsert(key, need);
-      return true;
-    }();
-  }
-  Finish(released);
-  return inserted;
-}
-
-bool RamTier::InsertKernelEntry(const ChunkKey& key, const SourceIdentity& id, uint64_t size) {
-  if (!drop_kernel_pages_) return false;  // nothing could drop its pages
-  const uint64_t need = KernelCharge(size);
-  Released released;
-  bool inserted = false;
-  {
-    MutexLock lock(mu_);
-    if (need > budget_) return false;
-    if (auto it = entries_.find(key); it != entries_.end()) {
-      EraseLocked(it, &released, it->second.in_kernel() && it->second.id == id);
-    }
-    inserted = [&]() REQUIRES(mu_) {
-      if (bytes_ + need > budget_) {
-        if (!policy_->AdmitWhenFull(key, need)) return false;
-        if (!MakeRoomLocked(need, nullptr, &released)) return false;
+      if (entry.in_kernel()) {
+        kernel_bytes_ += need;
+        ++kernel_entries_;
       }
-      Entry entry{id, ChunkBytes{}};
-      entry.kernel_size = size;
       entries_.emplace(key, std::move(entry));
       bytes_ += need;
-      kernel_bytes_ += need;
-      ++kernel_entries_;
       policy_->OnInsert(key, need);
       return true;
     }();

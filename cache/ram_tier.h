@@ -146,6 +146,8 @@ class RamTier {
       REQUIRES(mu_);
   // Frees and reports what EraseLocked left; call without the lock.
   void Finish(Released& released);
+  // Inserts or replaces (key, entry), charged `need`, evicting as the policy says.
+  bool Admit(const ChunkKey& key, Entry entry, uint64_t need) EXCLUDES(mu_);
   // Evicts the policy's victims until `need` more bytes fit the budget, never `keep`
   // (an entry being resized). Returns whether they fit.
   bool MakeRoomLocked(uint64_t need, const ChunkKey* keep, Released* released) REQUIRES(mu_);
