@@ -1,5 +1,7 @@
 #include "prefetcher/classifier.h"
 
+#include <algorithm>
+
 namespace epochfs::prefetch {
 
 const char* PatternName(Pattern pattern) {
@@ -14,7 +16,8 @@ const char* PatternName(Pattern pattern) {
 }
 
 void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
-  count_ = scored_ = sequential_hits_ = replay_hits_ = 0;
+  count_ = scored_ = sequential_scored_ = sequential_hits_ = replay_hits_ = 0;
+  sequential_by_chance_ = 0;
   seen_paths_.clear();
   seen_.clear();
   previous_ = previous;
@@ -40,7 +43,14 @@ void Classifier::Access(const FileKey& file, const std::string& path) {
     } else {
       in_order = std::prev(next)->second >= recent;
     }
-    if (score && in_order) ++sequential_hits_;
+    if (score) {
+      // A random path falls in one of seen + 1 gaps between the sorted seen paths; it is
+      // "in order" when the path below it is one of the (at most) `window` recent ones.
+      const double seen = static_cast<double>(seen_paths_.size());
+      sequential_by_chance_ += std::min<double>(options_.window, seen) / (seen + 1);
+      ++sequential_scored_;
+      if (in_order) ++sequential_hits_;
+    }
     seen_paths_.emplace(path, index);
   }
   if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
@@ -55,7 +65,11 @@ void Classifier::Access(const FileKey& file, const std::string& path) {
 }
 
 double Classifier::sequential_score() const {
-  return scored_ == 0 ? 0.0 : static_cast<double>(sequential_hits_) / scored_;
+  // Cohen's kappa against chance: (observed - expected) / (all - expected).
+  const double above_chance = static_cast<double>(sequential_hits_) - sequential_by_chance_;
+  const double possible = static_cast<double>(sequential_scored_) - sequential_by_chance_;
+  if (possible <= 0) return 0.0;
+  return std::max(0.0, above_chance / possible);
 }
 double Classifier::replay_score() const {
   return scored_ == 0 ? 0.0 : static_cast<double>(replay_hits_) / scored_;

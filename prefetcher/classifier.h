@@ -8,6 +8,10 @@
 //  - replay: the previous epoch's access order;
 //  - sequential: sorted path order among the files accessed so far in this epoch (so
 //    no listing of the whole data set is needed, and it works in the first epoch).
+//    Early in an epoch few paths are known, so a random file's predecessor among them
+//    is one of the last `window` accesses by chance alone (about window/i at the i-th
+//    access). The sequential score counts only the hits above that chance: 0 for a
+//    random order, 1 when every access is in order.
 // After `min_accesses` accesses, a score of at least `threshold` names the pattern
 // (replay is preferred when both hold); otherwise it is shuffled.
 //
@@ -52,7 +56,9 @@ class Classifier {
   ClassifierOptions options_;
   uint64_t count_ = 0;
   uint64_t scored_ = 0;  // accesses scored (count_ - window at most)
+  uint64_t sequential_scored_ = 0;  // scored accesses that had a path
   uint64_t sequential_hits_ = 0;
+  double sequential_by_chance_ = 0;  // hits a random order would expect among those
   uint64_t replay_hits_ = 0;
   std::map<std::string, uint64_t> seen_paths_;  // path -> access index
   std::unordered_map<FileKey, uint64_t, FileKeyHash> seen_;           // file -> access index

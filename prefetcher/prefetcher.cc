@@ -1062,7 +1062,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     if (!candidate.key) prefetched_.insert(key);
   }
   const auto started = std::chrono::steady_clock::now();
-  auto done = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id});
+  auto done = cache_->Prefetch(cache::SourceFile{opened->fd.get(), opened->id, {}});
   if (done.ok()) {
     budget_.Charge(done->source_reads, done->source_bytes);
     pace_.Charge(done->source_reads, 0);
