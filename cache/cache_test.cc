@@ -1116,7 +1116,7 @@ TEST(CacheCoalescing, AReaderAfterAChangeWithinOneTimestampTickGetsTheNewBytes) 
     f.write(new_bytes.data(), static_cast<std::streamsize>(new_bytes.size()));
   }
   OpenSource second = OpenSourceFile(dir / "f");
-  const SourceFile same_tick{second.file.fd, first.file.id};
+  const SourceFile same_tick{second.file.fd, first.file.id, {}};
   std::string second_got;
   std::thread follower([&] {
     auto read = cache.Read(same_tick, 0, 5000);

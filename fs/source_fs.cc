@@ -200,7 +200,11 @@ bool SourceFs::KnownByAnotherDeadName(const Inode& parent, const std::string& na
 Result<Entry> SourceFs::Lookup(uint64_t parent, const std::string& name) {
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
-  return LookupIn(*dir, name);
+  Result<Entry> entry = LookupIn(*dir, name);
+  if (entry.ok() && !S_ISDIR(entry->attr.st_mode)) {
+    if (SourceObserver* observer = observer_.load()) observer->BeforeFileKnown(**dir);
+  }
+  return entry;
 }
 
 void SourceFs::Forget(uint64_t nodeid, uint64_t nlookup) {
@@ -821,6 +825,7 @@ Result<std::unique_ptr<DirHandle>> SourceFs::OpenDir(uint64_t nodeid) {
 Status SourceFs::ReadDir(DirHandle& dh, off_t offset, bool plus, const DirEmitter& emit) {
   std::vector<prefetch::Prefetcher::Opened> listed;
   SourceObserver* observer = observer_.load();
+  if (plus && observer != nullptr) observer->BeforeFileKnown(*dh.inode());
   Status status = ReadDirEntries(dh, offset, plus, emit, observer != nullptr ? &listed : nullptr);
   if (!listed.empty()) observer->FilesListed(listed);
   return status;

@@ -4,7 +4,8 @@
 // READ means for readahead or for the pages the kernel holds.
 //
 // The calls come from FUSE workers inside requests: an observer must not block on the
-// kernel (no notify call, no path walk through the mount), only record or queue.
+// kernel (no notify call, no path walk through the mount), only record or queue. The
+// one exception is BeforeFileKnown, which may wait a bounded moment for another thread.
 //
 // Thread-safety: implementations are called from many workers at once.
 #pragma once
@@ -27,6 +28,10 @@ class SourceObserver {
   // forgot it.
   virtual void DirectoryKnown(const Inode& dir) = 0;
   virtual void DirectoryForgotten(const Inode& dir) = 0;
+  // The kernel is about to learn a file of directory `dir` (a LOOKUP's reply, or a
+  // READDIRPLUS's): once it has, it may open the file without asking. Returns once
+  // whatever watches opens in `dir` is in place, or after a bounded wait.
+  virtual void BeforeFileKnown(const Inode& dir) = 0;
   // A READDIRPLUS gave the kernel these regular files (their inodes).
   virtual void FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) = 0;
   // A read-only OPEN of `node` is about to be checked against the source (its pages may

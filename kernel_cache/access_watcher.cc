@@ -41,6 +41,8 @@ AccessWatcher::~AccessWatcher() {
     MutexLock lock(mu_);
     stop_ = true;
   }
+  queued_cv_.notify_one();
+  marked_cv_.notify_all();
   const uint64_t one = 1;
   (void)!::write(wake_fd_.get(), &one, sizeof(one));
   thread_.join();
@@ -51,14 +53,31 @@ void AccessWatcher::Watch(const fs::Inode& dir) {
     MutexLock lock(mu_);
     if (!marked_.insert(dir.nodeid).second) return;
     queued_.push_back(dir.nodeid);
+    unmarked_.insert(dir.nodeid);
+    unmarked_count_.store(unmarked_.size(), std::memory_order_relaxed);
   }
+  queued_cv_.notify_one();
   const uint64_t one = 1;
   (void)!::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 void AccessWatcher::Forgotten(uint64_t nodeid) {
+  {
+    MutexLock lock(mu_);
+    marked_.erase(nodeid);
+    unmarked_.erase(nodeid);
+    unmarked_count_.store(unmarked_.size(), std::memory_order_relaxed);
+  }
+  marked_cv_.notify_all();
+}
+
+void AccessWatcher::WaitMarked(uint64_t nodeid) {
+  if (unmarked_count_.load(std::memory_order_relaxed) == 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + kMarkWait;
   MutexLock lock(mu_);
-  marked_.erase(nodeid);
+  while (!stop_ && unmarked_.count(nodeid) != 0 &&
+         lock.WaitUntil(marked_cv_, deadline) != std::cv_status::timeout) {
+  }
 }
 
 void AccessWatcher::Run() {
@@ -95,8 +114,23 @@ void AccessWatcher::Run() {
       // per open cost a warm epoch much of its speed (docs/benchmarks.md, "Figures
       // behind design choices"). The prefetcher learns of an open at most that much
       // later.
-      const auto now = std::chrono::steady_clock::now();
-      if (now < last_read_ + kEventBatchPeriod) std::this_thread::sleep_until(last_read_ + kEventBatchPeriod);
+      // A folder the kernel just looked up does not wait for the batch: until it is
+      // marked, the opens in it are seen only through their READs (OnDemandRead).
+      const auto deadline = last_read_ + kEventBatchPeriod;
+      bool mark = false;
+      {
+        MutexLock lock(mu_);
+        while (!stop_ && queued_.empty() && std::chrono::steady_clock::now() < deadline) {
+          lock.WaitUntil(queued_cv_, deadline);
+        }
+        if (stop_) return;
+        mark = !queued_.empty();
+      }
+      if (mark) {
+        MarkQueued();
+        const auto now = std::chrono::steady_clock::now();
+        if (now < deadline) std::this_thread::sleep_until(deadline);
+      }
       last_read_ = std::chrono::steady_clock::now();
       ReadEvents();
       MaybePause();
@@ -104,14 +138,25 @@ void AccessWatcher::Run() {
   }
 }
 
-bool AccessWatcher::OnDemandRead() {
+bool AccessWatcher::OnDemandRead(const fs::Inode& file) {
   demand_reads_.fetch_add(1, std::memory_order_relaxed);
-  if (watching_.load(std::memory_order_relaxed)) return false;
+  if (watching_.load(std::memory_order_relaxed)) {
+    // A file whose folder's mark WaitMarked gave up on: only its READ tells.
+    if (unmarked_count_.load(std::memory_order_relaxed) == 0) return false;
+    const std::shared_ptr<fs::Inode> folder = fs_.inodes().LocationOf(file).parent;
+    if (folder == nullptr) return false;
+    MutexLock lock(mu_);
+    return unmarked_.count(folder->nodeid) != 0;
+  }
+  AskToResume();
+  return true;
+}
+
+void AccessWatcher::AskToResume() {
   if (!resume_asked_.exchange(true)) {
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof(one));
   }
-  return true;
 }
 
 void AccessWatcher::MaybePause() {
@@ -141,7 +186,7 @@ void AccessWatcher::MaybePause() {
                "opens until a READ reaches the daemon",
                kQuietEpochs);
   // A READ that came in between found watching_ still true and did not ask to resume.
-  if (demand_reads_.load() != reads) OnDemandRead();
+  if (demand_reads_.load() != reads) AskToResume();
 }
 
 void AccessWatcher::MarkQueued() {
@@ -151,6 +196,20 @@ void AccessWatcher::MarkQueued() {
     queued.swap(queued_);
   }
   for (uint64_t nodeid : queued) {
+    // Out of `unmarked_` once its mark is made (or failed): a READ until then counts as
+    // the open the mark may have missed.
+    struct Marked {
+      AccessWatcher& w;
+      uint64_t nodeid;
+      ~Marked() {
+        {
+          MutexLock lock(w.mu_);
+          w.unmarked_.erase(nodeid);
+          w.unmarked_count_.store(w.unmarked_.size(), std::memory_order_relaxed);
+        }
+        w.marked_cv_.notify_all();
+      }
+    } done_marking{*this, nodeid};
     std::shared_ptr<fs::Inode> dir = fs_.inodes().Find(nodeid);
     if (!dir) continue;  // forgotten meanwhile
     const std::string relative = nodeid == fs::kRootNodeId ? std::string() : fs_.RelativePath(*dir);

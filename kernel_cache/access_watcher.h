@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -72,16 +73,23 @@ class AccessWatcher {
   void Watch(const fs::Inode& dir);
   // The kernel forgot directory node `nodeid` (its mark went with its inode).
   void Forgotten(uint64_t nodeid);
+  // Returns once directory node `nodeid` is marked (at once if it is, or is not queued),
+  // or after kMarkWait. Called before the kernel learns a file in it: an open made before
+  // the mark makes no event, and the file's first open in the folder would go unseen.
+  // The thread marks within microseconds when it is idle; the wait is bounded because
+  // its path walk may need a FUSE worker, and every worker might be waiting here.
+  void WaitMarked(uint64_t nodeid);
   // Hands the prefetcher every open made through the mount before this call, now
   // (those the kernel has queued and the watcher has not read yet, up to its batch
   // period later). Called before a plan that begins a new epoch takes effect, so that
   // the old epoch's last opens are not counted in the new one. Blocks only while the
   // watcher thread hands over a batch of its own; no request to the mount.
   void Drain() EXCLUDES(read_mu_);
-  // A READ of a file reached the daemon. Returns whether opens are not being seen now
-  // (paused, or the marks not back yet): the caller then reports the read as an access
-  // itself. Resumes watching if paused.
-  bool OnDemandRead();
+  // A READ of `file` reached the daemon. Returns whether its open may have gone unseen
+  // (paused, the marks not back yet, or its folder looked up so lately that its mark is
+  // still queued): the caller then reports the read as an access itself. Resumes
+  // watching if paused.
+  bool OnDemandRead(const fs::Inode& file);
 
   uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
   // Names the counters (base/counters.h); `watcher` may be null (none running).
@@ -92,6 +100,8 @@ class AccessWatcher {
                 const fs::SourceFs& fs, prefetch::Prefetcher& prefetcher);
   void Run();
   void MarkQueued();
+  // Wakes the thread to put the marks back, once per pause.
+  void AskToResume();
   // Reads every queued event and hands the opens to the prefetcher. One caller at a time
   // (read_mu_): events read by one are handed over before another reads more.
   void ReadEvents() EXCLUDES(read_mu_);
@@ -108,7 +118,17 @@ class AccessWatcher {
   Mutex mu_;
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark
+  std::condition_variable queued_cv_;  // something queued (or stop): cuts the batch wait
+  std::condition_variable marked_cv_;  // a folder left unmarked_
+  static constexpr auto kMarkWait = std::chrono::milliseconds(20);
   std::unordered_set<uint64_t> marked_ GUARDED_BY(mu_);  // queued or marked already
+  // Queued and not yet marked. A folder leaves this set right after its mark is made;
+  // until then WaitMarked holds back the kernel's learning of its files, and a READ in
+  // it (an open that got past a wait that timed out) reports the access itself. An open
+  // made after the mark but counted by its READ as well cannot happen: the files become
+  // known only after the folder left this set.
+  std::unordered_set<uint64_t> unmarked_ GUARDED_BY(mu_);
+  std::atomic<size_t> unmarked_count_{0};  // unmarked_.size(), read without the lock
   std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0}, pauses_{0};
   // The watcher thread's own: FAN_MARK_EVICTABLE, or 0 once the kernel refused it.
   unsigned evictable_ = FAN_MARK_EVICTABLE;

@@ -20,6 +20,10 @@ void KernelActivity::DirectoryKnown(const fs::Inode& dir) {
   if (AccessWatcher* access = access_.load()) access->Watch(dir);
 }
 
+void KernelActivity::BeforeFileKnown(const fs::Inode& dir) {
+  if (AccessWatcher* access = access_.load()) access->WaitMarked(dir.nodeid);
+}
+
 void KernelActivity::DirectoryForgotten(const fs::Inode& dir) {
   if (AccessWatcher* access = access_.load()) access->Forgotten(dir.nodeid);
 }
@@ -64,7 +68,9 @@ void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
   // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
   // (it would count twice), unless the watcher is paused.
   if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
-  if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead()) return;
+  if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead(node)) {
+    return;
+  }
   if (prefetcher_ == nullptr) return;
   // The path only matters for a file's first read (offset 0): skip the walk otherwise.
   prefetcher_->OnRead(prefetch::FileKey{node.dev, node.ino},

@@ -50,6 +50,7 @@ class KernelActivity final : public fs::SourceObserver {
   // SourceObserver
   void DirectoryKnown(const fs::Inode& dir) override;
   void DirectoryForgotten(const fs::Inode& dir) override;
+  void BeforeFileKnown(const fs::Inode& dir) override;
   void FilesListed(const std::vector<prefetch::Prefetcher::Opened>& files) override;
   void BeforeReadOnlyOpen(fs::Inode& node) override;
   void ReadOnlyOpened(const fs::Inode& node) override;
