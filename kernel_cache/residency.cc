@@ -9,6 +9,16 @@ void Residency::SetBudget(uint64_t budget, bool count_reads) {
 
 bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint64_t file_size) {
   fs::KernelPagesRecord& record = node.kernel_pages;
+  // A READ inside a file held whole, not at its start, fills a hole: reclaim that takes
+  // single pages (proactive reclaim, the edge of an LRU sweep) left the rest, which the
+  // kernel still holds. Still believed whole, readahead does not push the whole file
+  // again for one page; a wrong belief costs a READ per hole, as it does anyway. Under a
+  // memory limit the group's own reclaim takes what was pushed, and readahead pushing
+  // it again before its next read is the point: there any READ ends the belief.
+  if (offset != 0 && counts_reads_.load(std::memory_order_relaxed) &&
+      record.whole_at.load(std::memory_order_relaxed) != 0) {
+    return false;
+  }
   // A READ means the kernel lacks that page: whatever it held of the file, it is not the
   // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
   // every older one as well (the kernel reclaims the least recently used first) was

@@ -28,8 +28,13 @@ TEST(Residency, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
   EXPECT_FALSE(residency.HoldsWhole(*a));
   EXPECT_TRUE(residency.NoteRead(*a, 128, 72, 200));
   EXPECT_TRUE(residency.HoldsWhole(*a));
-  // Another READ: the kernel lacks that page now (reclaimed); read again from 0, whole.
-  EXPECT_FALSE(residency.NoteRead(*a, 128, 72, 200));
+  // A READ of its start: the kernel lacks that page now, and most likely the rest
+  // (reclaimed with it); read again from 0, whole.
+  EXPECT_FALSE(residency.NoteRead(*a, 0, 128, 200));
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  EXPECT_TRUE(residency.NoteRead(*a, 128, 72, 200));
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  a->kernel_pages.Dropped();
   EXPECT_FALSE(residency.HoldsWhole(*a));
   EXPECT_TRUE(residency.NoteRead(*a, 0, 200, 200));
   EXPECT_TRUE(residency.HoldsWhole(*a));
@@ -39,6 +44,32 @@ TEST(Residency, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
   EXPECT_FALSE(residency.HoldsWhole(*a));
   residency.NoteRead(*a, 128, 72, 200);  // the coverage went with the pages
   EXPECT_FALSE(residency.HoldsWhole(*a));
+}
+
+// Reclaim that takes single pages (proactive reclaim such as DAMON's, or the edge of an
+// LRU sweep) leaves holes inside files the kernel otherwise holds. A READ inside a file
+// held whole fills its hole; the rest is still there: still held, and readahead does not
+// push the whole file again next epoch. A READ of its start means more went.
+TEST(Residency, AReadInsideAFileHeldWholeFillsAHoleAndTheFileStaysHeld) {
+  InodeTable table = MakeTable();
+  Residency residency;
+  residency.SetBudget(/*budget=*/10'000, /*count_reads=*/true);
+  auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
+  residency.NoteHeldWhole(*a, 1000);  // pushed
+  EXPECT_FALSE(residency.NoteRead(*a, 4096, 100, 10'000));  // a hole refilled
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_FALSE(residency.NoteRead(*a, 8192, 100, 10'000));  // another
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_FALSE(residency.NoteRead(*a, 0, 4096, 10'000));  // its start: gone
+  EXPECT_FALSE(residency.HoldsWhole(*a));
+  // Under a memory limit the group's own reclaim takes what readahead pushed: a READ
+  // anywhere ends the belief, so readahead pushes the file again before its next read.
+  Residency limited;
+  limited.SetBudget(/*budget=*/10'000, /*count_reads=*/false);
+  auto b = table.Remember(table.root(), "b", FakeStat(1, 101, S_IFREG), UniqueFd());
+  limited.NoteHeldWhole(*b, 1000);
+  limited.NoteRead(*b, 4096, 100, 10'000);
+  EXPECT_FALSE(limited.HoldsWhole(*b));
 }
 
 TEST(Residency, OnlyTheLastBudgetOfDeliveredBytesIsBelievedHeld) {
