@@ -54,7 +54,7 @@ void AccessWatcher::Watch(const fs::Inode& dir) {
     if (!marked_.insert(dir.nodeid).second) return;
     queued_.push_back(dir.nodeid);
     unmarked_.insert(dir.nodeid);
-    unmarked_count_.store(unmarked_.size(), std::memory_order_relaxed);
+    unmarked_count_.store(unmarked_.size(), std::memory_order_release);
   }
   queued_cv_.notify_one();
   const uint64_t one = 1;
@@ -65,18 +65,28 @@ void AccessWatcher::Forgotten(uint64_t nodeid) {
   {
     MutexLock lock(mu_);
     marked_.erase(nodeid);
-    unmarked_.erase(nodeid);
-    unmarked_count_.store(unmarked_.size(), std::memory_order_relaxed);
+    LeftUnmarkedLocked(nodeid);
   }
   marked_cv_.notify_all();
 }
 
+void AccessWatcher::LeftUnmarkedLocked(uint64_t nodeid) {
+  unmarked_.erase(nodeid);
+  waited_out_.erase(nodeid);
+  unmarked_count_.store(unmarked_.size(), std::memory_order_release);
+}
+
 void AccessWatcher::WaitMarked(uint64_t nodeid) {
-  if (unmarked_count_.load(std::memory_order_relaxed) == 0) return;
+  // Paused: every READ counts already, and the marks coming back need not be waited for.
+  if (unmarked_count_.load(std::memory_order_acquire) == 0 || !watching_.load()) return;
   const auto deadline = std::chrono::steady_clock::now() + kMarkWait;
   MutexLock lock(mu_);
-  while (!stop_ && unmarked_.count(nodeid) != 0 &&
-         lock.WaitUntil(marked_cv_, deadline) != std::cv_status::timeout) {
+  if (waited_out_.count(nodeid) != 0) return;  // once per folder: its READs count instead
+  while (!stop_ && unmarked_.count(nodeid) != 0) {
+    if (lock.WaitUntil(marked_cv_, deadline) == std::cv_status::timeout) {
+      if (unmarked_.count(nodeid) != 0) waited_out_.insert(nodeid);
+      return;
+    }
   }
 }
 
@@ -86,6 +96,11 @@ void AccessWatcher::Run() {
     struct pollfd fds[2] = {{fanotify_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
       spdlog::warn("access watcher: poll: {}", std::strerror(errno));
+      {
+        MutexLock lock(mu_);
+        stop_ = true;  // no folder will be marked now: nobody waits for one
+      }
+      marked_cv_.notify_all();
       return;
     }
     if (fds[1].revents & POLLIN) {
@@ -117,19 +132,18 @@ void AccessWatcher::Run() {
       // A folder the kernel just looked up does not wait for the batch: until it is
       // marked, the opens in it are seen only through their READs (OnDemandRead).
       const auto deadline = last_read_ + kEventBatchPeriod;
-      bool mark = false;
-      {
-        MutexLock lock(mu_);
-        while (!stop_ && queued_.empty() && std::chrono::steady_clock::now() < deadline) {
-          lock.WaitUntil(queued_cv_, deadline);
+      while (true) {
+        bool mark = false;
+        {
+          MutexLock lock(mu_);
+          while (!stop_ && queued_.empty() && std::chrono::steady_clock::now() < deadline) {
+            lock.WaitUntil(queued_cv_, deadline);
+          }
+          if (stop_) return;
+          mark = !queued_.empty();
         }
-        if (stop_) return;
-        mark = !queued_.empty();
-      }
-      if (mark) {
+        if (!mark) break;  // the batch period is over
         MarkQueued();
-        const auto now = std::chrono::steady_clock::now();
-        if (now < deadline) std::this_thread::sleep_until(deadline);
       }
       last_read_ = std::chrono::steady_clock::now();
       ReadEvents();
@@ -141,8 +155,9 @@ void AccessWatcher::Run() {
 bool AccessWatcher::OnDemandRead(const fs::Inode& file) {
   demand_reads_.fetch_add(1, std::memory_order_relaxed);
   if (watching_.load(std::memory_order_relaxed)) {
-    // A file whose folder's mark WaitMarked gave up on: only its READ tells.
-    if (unmarked_count_.load(std::memory_order_relaxed) == 0) return false;
+    // A file in a folder not marked yet (WaitMarked gave up, or the mark failed): only
+    // its READ tells.
+    if (unmarked_count_.load(std::memory_order_acquire) == 0) return false;
     const std::shared_ptr<fs::Inode> folder = fs_.inodes().LocationOf(file).parent;
     if (folder == nullptr) return false;
     MutexLock lock(mu_);
@@ -196,46 +211,47 @@ void AccessWatcher::MarkQueued() {
     queued.swap(queued_);
   }
   for (uint64_t nodeid : queued) {
-    // Out of `unmarked_` once its mark is made (or failed): a READ until then counts as
-    // the open the mark may have missed.
-    struct Marked {
-      AccessWatcher& w;
-      uint64_t nodeid;
-      ~Marked() {
-        {
-          MutexLock lock(w.mu_);
-          w.unmarked_.erase(nodeid);
-          w.unmarked_count_.store(w.unmarked_.size(), std::memory_order_relaxed);
-        }
-        w.marked_cv_.notify_all();
-      }
-    } done_marking{*this, nodeid};
-    std::shared_ptr<fs::Inode> dir = fs_.inodes().Find(nodeid);
-    if (!dir) continue;  // forgotten meanwhile
-    const std::string relative = nodeid == fs::kRootNodeId ? std::string() : fs_.RelativePath(*dir);
-    const std::filesystem::path path = relative.empty() ? mountpoint_ : mountpoint_ / relative;
-    // Resolving the path may send LOOKUPs to this daemon: fine, from this thread.
-    int marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR | evictable_,
-                                 FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str());
-    if (marked != 0 && errno == EINVAL && evictable_ != 0) {
-      spdlog::info("access watcher: this kernel has no evictable fanotify marks (Linux 5.19): "
-                   "a directory deleted underneath keeps its inode while the mount lives");
-      evictable_ = 0;
-      marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR,
-                               FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str());
-    }
-    if (marked == 0) {
-      marks_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      if (mark_failures_.fetch_add(1, std::memory_order_relaxed) == 0) {
-        spdlog::warn("access watcher: cannot mark {} ({}): opens there reach the prefetcher "
-                     "only as demand reads; logged once",
-                     path.string(), std::strerror(errno));
-      }
+    const bool marked = Mark(nodeid);
+    {
       MutexLock lock(mu_);
-      marked_.erase(nodeid);  // a later lookup may try again
+      if (marked) {
+        LeftUnmarkedLocked(nodeid);
+      } else {
+        // Its READs count from now on (it stays in unmarked_), with no wait for a mark
+        // that failed; a later lookup may try again.
+        marked_.erase(nodeid);
+        waited_out_.insert(nodeid);
+      }
     }
+    marked_cv_.notify_all();
   }
+}
+
+bool AccessWatcher::Mark(uint64_t nodeid) {
+  std::shared_ptr<fs::Inode> dir = fs_.inodes().Find(nodeid);
+  if (!dir) return true;  // forgotten meanwhile: nothing to watch
+  const std::string relative = nodeid == fs::kRootNodeId ? std::string() : fs_.RelativePath(*dir);
+  const std::filesystem::path path = relative.empty() ? mountpoint_ : mountpoint_ / relative;
+  // Resolving the path may send LOOKUPs to this daemon: fine, from this thread.
+  int marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR | evictable_,
+                               FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str());
+  if (marked != 0 && errno == EINVAL && evictable_ != 0) {
+    spdlog::info("access watcher: this kernel has no evictable fanotify marks (Linux 5.19): "
+                 "a directory deleted underneath keeps its inode while the mount lives");
+    evictable_ = 0;
+    marked = ::fanotify_mark(fanotify_fd_.get(), FAN_MARK_ADD | FAN_MARK_ONLYDIR,
+                             FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, path.c_str());
+  }
+  if (marked == 0) {
+    marks_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (mark_failures_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    spdlog::warn("access watcher: cannot mark {} ({}): opens there reach the prefetcher "
+                 "only as demand reads; logged once",
+                 path.string(), std::strerror(errno));
+  }
+  return false;
 }
 
 void AccessWatcher::Drain() { ReadEvents(); }

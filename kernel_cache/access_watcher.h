@@ -27,9 +27,10 @@
 // epoch well below tmpfs (docs/benchmarks.md, "Pushing into the page cache", the table
 // under "Warm epochs, what was done about it").
 //
-// Thread-safety: Watch() is thread-safe and never blocks on the kernel; one thread
-// makes marks and pauses, and reads events, as does Drain() on its caller's thread (one
-// reader at a time).
+// Thread-safety: Watch() is thread-safe and never blocks on the kernel; WaitMarked()
+// blocks its caller (a FUSE worker) for at most kMarkWait; one thread makes marks and
+// pauses, and reads events, as does Drain() on its caller's thread (one reader at a
+// time).
 #pragma once
 
 #include <sys/fanotify.h>
@@ -70,15 +71,17 @@ class AccessWatcher {
   AccessWatcher& operator=(const AccessWatcher&) = delete;
 
   // Marks directory node `dir` (once; queued for the thread).
-  void Watch(const fs::Inode& dir);
+  void Watch(const fs::Inode& dir) EXCLUDES(mu_);
   // The kernel forgot directory node `nodeid` (its mark went with its inode).
-  void Forgotten(uint64_t nodeid);
-  // Returns once directory node `nodeid` is marked (at once if it is, or is not queued),
-  // or after kMarkWait. Called before the kernel learns a file in it: an open made before
-  // the mark makes no event, and the file's first open in the folder would go unseen.
-  // The thread marks within microseconds when it is idle; the wait is bounded because
-  // its path walk may need a FUSE worker, and every worker might be waiting here.
-  void WaitMarked(uint64_t nodeid);
+  void Forgotten(uint64_t nodeid) EXCLUDES(mu_);
+  // Returns once directory node `nodeid` is marked (at once if it is, is not queued, or
+  // the watcher is paused), or after kMarkWait. Called before the kernel learns a file
+  // in it: an open made before the mark makes no event, and the file's first open in the
+  // folder would go unseen. The thread marks within microseconds when it is idle; the
+  // wait is bounded because its path walk may need a FUSE worker, and every worker might
+  // be waiting here. A folder whose wait ran out (or whose mark failed) is not waited for
+  // again: its READs count until its mark is in place.
+  void WaitMarked(uint64_t nodeid) EXCLUDES(mu_);
   // Hands the prefetcher every open made through the mount before this call, now
   // (those the kernel has queued and the watcher has not read yet, up to its batch
   // period later). Called before a plan that begins a new epoch takes effect, so that
@@ -89,7 +92,7 @@ class AccessWatcher {
   // (paused, the marks not back yet, or its folder looked up so lately that its mark is
   // still queued): the caller then reports the read as an access itself. Resumes
   // watching if paused.
-  bool OnDemandRead(const fs::Inode& file);
+  bool OnDemandRead(const fs::Inode& file) EXCLUDES(mu_);
 
   uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
   // Names the counters (base/counters.h); `watcher` may be null (none running).
@@ -99,7 +102,10 @@ class AccessWatcher {
   AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd, UniqueFd wake_fd,
                 const fs::SourceFs& fs, prefetch::Prefetcher& prefetcher);
   void Run();
-  void MarkQueued();
+  void MarkQueued() EXCLUDES(mu_);
+  // Makes the mark of directory node `nodeid`; false if the kernel refused it.
+  bool Mark(uint64_t nodeid) EXCLUDES(mu_);
+  void LeftUnmarkedLocked(uint64_t nodeid) REQUIRES(mu_);
   // Wakes the thread to put the marks back, once per pause.
   void AskToResume();
   // Reads every queued event and hands the opens to the prefetcher. One caller at a time
@@ -119,15 +125,18 @@ class AccessWatcher {
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<uint64_t> queued_ GUARDED_BY(mu_);     // directory node ids to mark
   std::condition_variable queued_cv_;  // something queued (or stop): cuts the batch wait
-  std::condition_variable marked_cv_;  // a folder left unmarked_
-  static constexpr auto kMarkWait = std::chrono::milliseconds(20);
+  std::condition_variable marked_cv_;  // a folder left unmarked_, or a mark failed
   std::unordered_set<uint64_t> marked_ GUARDED_BY(mu_);  // queued or marked already
-  // Queued and not yet marked. A folder leaves this set right after its mark is made;
-  // until then WaitMarked holds back the kernel's learning of its files, and a READ in
-  // it (an open that got past a wait that timed out) reports the access itself. An open
-  // made after the mark but counted by its READ as well cannot happen: the files become
-  // known only after the folder left this set.
+  // Queued and not yet marked (or its mark failed). A folder leaves this set right
+  // after its mark is made; until then WaitMarked holds back the kernel's learning of its
+  // files, and a READ in it reports the access itself. Past a wait that ran out, two
+  // narrow windows remain: an open made just after the mark whose READ comes before the
+  // folder left the set counts twice (the prefetcher takes the second as a re-read,
+  // which ends the epoch once it has most of its files: 90% of the longest, or 16 in the
+  // first), and an open made just before the mark whose READ comes after it is
+  // lost.
   std::unordered_set<uint64_t> unmarked_ GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> waited_out_ GUARDED_BY(mu_);  // of unmarked_: not waited for
   std::atomic<size_t> unmarked_count_{0};  // unmarked_.size(), read without the lock
   std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0}, pauses_{0};
   // The watcher thread's own: FAN_MARK_EVICTABLE, or 0 once the kernel refused it.
@@ -143,6 +152,7 @@ class AccessWatcher {
   uint64_t quiet_since_epoch_ = 0, quiet_reads_ = 0, quiet_prefetched_ = UINT64_MAX;
   // The watcher thread's own: when it last read events (see Run).
   static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(4);
+  static constexpr auto kMarkWait = std::chrono::milliseconds(20);
   std::chrono::steady_clock::time_point last_read_{};
   std::thread thread_;
 };
