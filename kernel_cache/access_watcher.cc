@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "base/thread_name.h"
 #include "fs/source_fs.h"
@@ -180,14 +181,20 @@ void AccessWatcher::MaybePause() {
   pause_checked_ = now;
   const prefetch::PrefetcherStats s = prefetcher_.Stats();
   const uint64_t reads = demand_reads_.load(std::memory_order_relaxed);
+  const uint64_t checked_epoch = std::exchange(checked_epoch_, s.epoch);
   if (reads != quiet_reads_ || s.prefetched != quiet_prefetched_) {
-    // Something reached the daemon, or readahead brought a file: quiet from now on?
+    // Something reached the daemon, or readahead brought a file, since the last look: in
+    // the epoch of that look, or later. The earlier one: this look often comes with the
+    // next epoch's first opens, and the last READs of an epoch would otherwise count
+    // against the next one too. Pausing an epoch early would cost one more mark per
+    // folder (its READs resume at once); counting wrongly, a whole epoch of events.
     quiet_reads_ = reads;
     quiet_prefetched_ = s.prefetched;
-    quiet_since_epoch_ = s.epoch;
+    quiet_since_epoch_ = checked_epoch;
     return;
   }
-  if (s.epoch < quiet_since_epoch_ + kQuietEpochs) return;
+  // One whole epoch between the last READ's and this one.
+  if (s.epoch < quiet_since_epoch_ + 2) return;
   // FAN_MARK_FLUSH: every inode mark of this group goes; marked_ remembers them.
   if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_FLUSH, 0, AT_FDCWD, nullptr) != 0) {
     spdlog::debug("access watcher: cannot flush marks: {}", std::strerror(errno));
@@ -197,9 +204,8 @@ void AccessWatcher::MaybePause() {
   watching_.store(false);
   marks_.store(0);
   pauses_.fetch_add(1, std::memory_order_relaxed);
-  spdlog::info("access watcher: {} epochs with every file in the page cache; not watching "
-               "opens until a READ reaches the daemon",
-               kQuietEpochs);
+  spdlog::info("access watcher: an epoch with every file in the page cache; not watching "
+               "opens until a READ reaches the daemon");
   // A READ that came in between found watching_ still true and did not ask to resume.
   if (demand_reads_.load() != reads) AskToResume();
 }

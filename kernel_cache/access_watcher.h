@@ -111,7 +111,8 @@ class AccessWatcher {
   // Reads every queued event and hands the opens to the prefetcher. One caller at a time
   // (read_mu_): events read by one are handed over before another reads more.
   void ReadEvents() EXCLUDES(read_mu_);
-  // After events: pauses once two epochs passed with no READ and no readahead.
+  // After events: pauses once a whole epoch passed with no READ and no readahead (a READ
+  // that fills a hole in a file the kernel holds is not counted: KernelActivity).
   void MaybePause();
 
   const std::filesystem::path mountpoint_;
@@ -147,9 +148,9 @@ class AccessWatcher {
   std::atomic<bool> resume_asked_{false};
   // The watcher thread's own: what MaybePause last saw, and when it looked.
   static constexpr auto kPauseCheckPeriod = std::chrono::milliseconds(100);
-  static constexpr uint64_t kQuietEpochs = 2;
   std::chrono::steady_clock::time_point pause_checked_{};
   uint64_t quiet_since_epoch_ = 0, quiet_reads_ = 0, quiet_prefetched_ = UINT64_MAX;
+  uint64_t checked_epoch_ = 0;  // the prefetcher's epoch at the last look
   // The watcher thread's own: when it last read events (see Run).
   static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(4);
   static constexpr auto kMarkWait = std::chrono::milliseconds(20);

@@ -15,10 +15,7 @@ bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint6
   // again for one page; a wrong belief costs a READ per hole, as it does anyway. Under a
   // memory limit the group's own reclaim takes what was pushed, and readahead pushing
   // it again before its next read is the point: there any READ ends the belief.
-  if (offset != 0 && counts_reads_.load(std::memory_order_relaxed) &&
-      record.whole_at.load(std::memory_order_relaxed) != 0) {
-    return false;
-  }
+  if (FillsHole(node, offset)) return false;
   // A READ means the kernel lacks that page: whatever it held of the file, it is not the
   // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
   // every older one as well (the kernel reclaims the least recently used first) was
@@ -41,6 +38,11 @@ bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint6
   const bool completed = file_size != 0 && next >= file_size && (offset == 0 || to < file_size);
   if (completed && counts_reads_.load(std::memory_order_relaxed)) NoteHeldWhole(node, file_size);
   return completed;
+}
+
+bool Residency::FillsHole(const fs::Inode& node, uint64_t offset) const {
+  return offset != 0 && counts_reads_.load(std::memory_order_relaxed) &&
+         node.kernel_pages.whole_at.load(std::memory_order_relaxed) != 0;
 }
 
 void Residency::NoteHeldWhole(fs::Inode& node, uint64_t file_size) {

@@ -36,6 +36,10 @@ class Residency {
   // Returns whether READ replies have now covered the whole file, in order from 0 (the
   // kernel's page cache got all of it), whether or not reads count as held.
   bool NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint64_t file_size);
+  // Whether a READ of `node` at `offset` fills a hole in a file believed held whole (not
+  // its start, no memory limit): the kernel's own reclaim took single pages, and the rest
+  // of the file is still there.
+  bool FillsHole(const fs::Inode& node, uint64_t offset) const;
   // A push stored the whole file (`file_size` bytes) in the kernel's page cache.
   void NoteHeldWhole(fs::Inode& node, uint64_t file_size);
   bool HoldsWhole(const fs::Inode& node) const;

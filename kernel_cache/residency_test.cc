@@ -56,18 +56,22 @@ TEST(Residency, AReadInsideAFileHeldWholeFillsAHoleAndTheFileStaysHeld) {
   residency.SetBudget(/*budget=*/10'000, /*count_reads=*/true);
   auto a = table.Remember(table.root(), "a", FakeStat(1, 100, S_IFREG), UniqueFd());
   residency.NoteHeldWhole(*a, 1000);  // pushed
+  EXPECT_TRUE(residency.FillsHole(*a, 4096));
+  EXPECT_FALSE(residency.FillsHole(*a, 0));
   EXPECT_FALSE(residency.NoteRead(*a, 4096, 100, 10'000));  // a hole refilled
   EXPECT_TRUE(residency.HoldsWhole(*a));
   EXPECT_FALSE(residency.NoteRead(*a, 8192, 100, 10'000));  // another
   EXPECT_TRUE(residency.HoldsWhole(*a));
   EXPECT_FALSE(residency.NoteRead(*a, 0, 4096, 10'000));  // its start: gone
   EXPECT_FALSE(residency.HoldsWhole(*a));
+  EXPECT_FALSE(residency.FillsHole(*a, 4096));
   // Under a memory limit the group's own reclaim takes what readahead pushed: a READ
   // anywhere ends the belief, so readahead pushes the file again before its next read.
   Residency limited;
   limited.SetBudget(/*budget=*/10'000, /*count_reads=*/false);
   auto b = table.Remember(table.root(), "b", FakeStat(1, 101, S_IFREG), UniqueFd());
   limited.NoteHeldWhole(*b, 1000);
+  EXPECT_FALSE(limited.FillsHole(*b, 4096));
   limited.NoteRead(*b, 4096, 100, 10'000);
   EXPECT_FALSE(limited.HoldsWhole(*b));
 }

@@ -448,6 +448,7 @@ const std::vector<std::string> kStatsKeys = {
     "inodes",
     "io_uring",
     "isatty",
+    "kernel_hole_reads",
     "kernel_page_bytes",
     "kernel_page_drops",
     "kernel_page_entries",
