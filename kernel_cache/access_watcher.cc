@@ -119,7 +119,7 @@ void AccessWatcher::Run() {
       MarkQueued();
       if (resume && !watching_.load()) {
         watching_.store(true);
-        quiet_prefetched_ = UINT64_MAX;  // a fresh look before pausing again
+        activity_counted_from_ = kNotCounted;  // the next whole epoch is judged
         spdlog::info("access watcher: READs reach the daemon again; watching opens");
       }
     }
@@ -153,6 +153,8 @@ void AccessWatcher::Run() {
   }
 }
 
+uint64_t AccessWatcher::Noise(uint64_t files_known) { return files_known / kNoiseShare; }
+
 bool AccessWatcher::OnDemandRead(const fs::Inode& file) {
   demand_reads_.fetch_add(1, std::memory_order_relaxed);
   if (watching_.load(std::memory_order_relaxed)) {
@@ -164,7 +166,7 @@ bool AccessWatcher::OnDemandRead(const fs::Inode& file) {
     MutexLock lock(mu_);
     return unmarked_.count(folder->nodeid) != 0;
   }
-  AskToResume();
+  if (demand_reads_.load() > resume_after_reads_.load()) AskToResume();
   return true;
 }
 
@@ -180,34 +182,32 @@ void AccessWatcher::MaybePause() {
   if (now < pause_checked_ + kPauseCheckPeriod) return;
   pause_checked_ = now;
   const prefetch::PrefetcherStats s = prefetcher_.Stats();
-  const uint64_t reads = demand_reads_.load(std::memory_order_relaxed);
-  const uint64_t checked_epoch = std::exchange(checked_epoch_, s.epoch);
-  if (reads != quiet_reads_ || s.prefetched != quiet_prefetched_) {
-    // Something reached the daemon, or readahead brought a file, since the last look: in
-    // the epoch of that look, or later. The earlier one: this look often comes with the
-    // next epoch's first opens, and the last READs of an epoch would otherwise count
-    // against the next one too. Pausing an epoch early would cost one more mark per
-    // folder (its READs resume at once); counting wrongly, a whole epoch of events.
-    quiet_reads_ = reads;
-    quiet_prefetched_ = s.prefetched;
-    quiet_since_epoch_ = checked_epoch;
-    return;
-  }
-  // One whole epoch between the last READ's and this one.
-  if (s.epoch < quiet_since_epoch_ + 2) return;
+  if (s.epoch == checked_epoch_) return;  // an epoch is judged once it ended
+  checked_epoch_ = s.epoch;
+  // READs and files readahead brought since the last epoch's end. The look after an
+  // epoch's end comes with the next one's first opens, and counts their READs with the
+  // epoch that ended: its last READs would otherwise count against the next one too.
+  const uint64_t activity = demand_reads_.load(std::memory_order_relaxed) + s.prefetched;
+  const uint64_t counted_from = std::exchange(activity_counted_from_, activity);
+  if (counted_from == kNotCounted) return;  // the epoch did not start watched
+  const uint64_t noise = Noise(s.files_known);
+  if (activity - counted_from > noise) return;
   // FAN_MARK_FLUSH: every inode mark of this group goes; marked_ remembers them.
   if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_FLUSH, 0, AT_FDCWD, nullptr) != 0) {
     spdlog::debug("access watcher: cannot flush marks: {}", std::strerror(errno));
-    quiet_prefetched_ = UINT64_MAX;
+    activity_counted_from_ = kNotCounted;
     return;
   }
+  const uint64_t reads = demand_reads_.load();
+  resume_after_reads_.store(reads + noise);
   watching_.store(false);
   marks_.store(0);
   pauses_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("access watcher: an epoch with every file in the page cache; not watching "
-               "opens until a READ reaches the daemon");
-  // A READ that came in between found watching_ still true and did not ask to resume.
-  if (demand_reads_.load() != reads) AskToResume();
+               "opens until more than {} READs reach the daemon",
+               noise);
+  // READs that came in between found watching_ still true and did not ask to resume.
+  if (demand_reads_.load() > reads + noise) AskToResume();
 }
 
 void AccessWatcher::MarkQueued() {

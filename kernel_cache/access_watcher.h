@@ -18,12 +18,14 @@
 // When fanotify is unavailable (not root, an old kernel) Start() fails; the daemon then
 // keeps reporting demand reads as accesses, and does not push pages.
 //
-// Pausing. Once two whole epochs went by with no READ reaching the daemon and nothing
-// for readahead to bring (the page cache holds the data set), the events are worth
-// nothing and cost every open (made in the reader's open(), read here): the marks are
-// flushed. The first READ that reaches the daemon again (the kernel dropped pages, a
-// file changed) resumes watching; until the marks are back, READs count as accesses,
-// as without a watcher. With the data set in the page cache, the events held a warm
+// Pausing. Once a whole epoch went by with (nearly) no READ reaching the daemon and
+// (nearly) nothing for readahead to bring (the page cache holds the data set), the
+// events are worth nothing and cost every open (made in the reader's open(), read
+// here): the marks are flushed. "Nearly": one file in 256 of those known, because a
+// machine with proactive reclaim takes a few pages all the time, and a READ that fills
+// a hole in a file the kernel holds is not counted at all. READs beyond as many again
+// (the kernel dropped files, files changed) resume watching; while paused, and until
+// the marks are back, READs count as accesses, as without a watcher. With the data set in the page cache, the events held a warm
 // epoch well below tmpfs (docs/benchmarks.md, "Pushing into the page cache", the table
 // under "Warm epochs, what was done about it").
 //
@@ -111,9 +113,14 @@ class AccessWatcher {
   // Reads every queued event and hands the opens to the prefetcher. One caller at a time
   // (read_mu_): events read by one are handed over before another reads more.
   void ReadEvents() EXCLUDES(read_mu_);
-  // After events: pauses once a whole epoch passed with no READ and no readahead (a READ
-  // that fills a hole in a file the kernel holds is not counted: KernelActivity).
+  // After events: pauses once a whole epoch passed with no more READs and files brought
+  // by readahead than Noise (a READ that fills a hole in a file the kernel holds is not
+  // counted at all: KernelActivity).
   void MaybePause();
+  // What a quiet epoch may still bring, of `files_known`: single files the kernel's own
+  // reclaim took (a machine with proactive reclaim keeps taking some), and while paused,
+  // the READs that do not resume watching.
+  static uint64_t Noise(uint64_t files_known);
 
   const std::filesystem::path mountpoint_;
   UniqueFd fanotify_fd_;
@@ -146,11 +153,17 @@ class AccessWatcher {
   // Opens are seen (marks in place); false from a pause until the marks are back.
   std::atomic<bool> watching_{true};
   std::atomic<bool> resume_asked_{false};
+  // Paused: a READ beyond this many demand_reads_ resumes watching.
+  std::atomic<uint64_t> resume_after_reads_{0};
   // The watcher thread's own: what MaybePause last saw, and when it looked.
   static constexpr auto kPauseCheckPeriod = std::chrono::milliseconds(100);
+  static constexpr uint64_t kNoiseShare = 256;  // Noise: one file in this many
+  static constexpr uint64_t kNotCounted = UINT64_MAX;
   std::chrono::steady_clock::time_point pause_checked_{};
-  uint64_t quiet_since_epoch_ = 0, quiet_reads_ = 0, quiet_prefetched_ = UINT64_MAX;
   uint64_t checked_epoch_ = 0;  // the prefetcher's epoch at the last look
+  // READs + files read ahead when the current epoch's first look came (kNotCounted: it
+  // began before the watcher watched; it is not judged).
+  uint64_t activity_counted_from_ = kNotCounted;
   // The watcher thread's own: when it last read events (see Run).
   static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(4);
   static constexpr auto kMarkWait = std::chrono::milliseconds(20);

@@ -1339,8 +1339,8 @@ TEST_P(PushTest, AWarmEpochPassesOverWhatTheKernelHolds) {
 
 // With the data set in the page cache, the access watcher stops watching opens after
 // a quiet epoch (its events cost every open and tell readahead nothing), and starts
-// again at the first READ that reaches the daemon: here, of a file changed underneath,
-// read with its new bytes.
+// again once READs reach the daemon: here, of files changed underneath, read with their
+// new bytes.
 TEST_P(PushTest, TheAccessWatcherPausesWhileThePageCacheHoldsEverything) {
   if (GetParam() == std::string("open")) {
     GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
@@ -1364,23 +1364,27 @@ TEST_P(PushTest, TheAccessWatcherPausesWhileThePageCacheHoldsEverything) {
   auto after = m->Stats();
   if (after["access_paused"] == 1) {
     EXPECT_EQ(after["access_opens"], s["access_opens"]) << after.dump();  // no events
-    // No READ but to fill a hole the kernel's own reclaim made (a busy machine), which
-    // leaves the watcher paused.
-    EXPECT_EQ(FileReads(after) - FileReads(s), HoleReads(after) - HoleReads(s)) << after.dump();
+    // No READ but to fill a hole the kernel's own reclaim made (a busy machine), and at
+    // most one of a file it lost (300 files: the one in 256 a paused watcher lets pass).
+    EXPECT_LE(FileReads(after) - FileReads(s) - (HoleReads(after) - HoleReads(s)), 1u)
+        << after.dump();
   } else {
     // The kernel let some pages go meanwhile (a busy machine): their READs resumed it.
     EXPECT_GT(FileReads(after), FileReads(s)) << after.dump();
     ASSERT_TRUE(epochs_until_paused()) << m->Stats().dump();
   }
 
+  // Two files changed: more READs than the one file in 256 a paused watcher lets pass.
   std::map<std::string, std::string> changed;
-  changed[names[5]] = RandomBytes(kSize + 100, 700'005);
-  WriteFile(src_ / names[5], changed[names[5]]);
+  for (int i : {5, 6}) {
+    changed[names[i]] = RandomBytes(kSize + 100, 700'000 + i);
+    WriteFile(src_ / names[i], changed[names[i]]);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watcher's latency
   ShuffledEpoch(names, 31, changed);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   s = m->Stats();
-  EXPECT_EQ(s["access_paused"], 0) << s.dump();  // the changed file's READ resumed it
+  EXPECT_EQ(s["access_paused"], 0) << s.dump();  // the changed files' READs resumed it
   ShuffledEpoch(names, 32, changed);
   EXPECT_GE(WaitFor(*m, "access_opens", s["access_opens"].get<uint64_t>() + 250),
             s["access_opens"].get<uint64_t>() + 250)
@@ -1409,8 +1413,9 @@ TEST_P(PushTest, TheAccessWatcherPausesAfterOneQuietEpochAndAHoleDoesNotWakeIt) 
   ShuffledEpoch(names, 2);  // every file in the page cache
   std::this_thread::sleep_for(kLook);
   const auto quiet = m->Stats();
-  if (FileReads(quiet) != FileReads(filled) ||
-      quiet["prefetched"].get<uint64_t>() != filled["prefetched"].get<uint64_t>()) {
+  // Holes filled do not count, and one file in 256 (here 1) READ or read ahead is noise.
+  if (FileReads(quiet) - FileReads(filled) - (HoleReads(quiet) - HoleReads(filled)) +
+          quiet["prefetched"].get<uint64_t>() - filled["prefetched"].get<uint64_t>() > 1) {
     GTEST_SKIP() << "the kernel let files go during the quiet epoch: " << quiet.dump();
   }
   ASSERT_EQ(quiet["access_paused"], 0) << quiet.dump();
@@ -1445,6 +1450,75 @@ TEST_P(PushTest, TheAccessWatcherPausesAfterOneQuietEpochAndAHoleDoesNotWakeIt) 
   EXPECT_GT(FileReads(s), FileReads(third)) << s.dump();  // the hole was READ
   EXPECT_GT(HoleReads(s), HoleReads(third)) << s.dump();
   EXPECT_EQ(s["access_paused"], 1) << s.dump();
+}
+
+// Reclaim that takes a file's first pages sends a READ of its start, which is no hole:
+// the file is pushed whole again. A few of those in an epoch, one in 256 of the files
+// known or fewer, are noise: the epoch still counts as quiet, and a paused watcher stays
+// paused until more READs than that reach the daemon.
+TEST_P(PushTest, AFewReadsOfFilesTheKernelLostAreNoiseToTheAccessWatcher) {
+  if (GetParam() == std::string("open")) {
+    GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
+  }
+  const auto names = MakeFiles(1100, 4, kSize);  // noise: 1100 / 256 = 4 files an epoch
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  constexpr auto kLook = std::chrono::milliseconds(150);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  // Drops the first page of `name` from the kernel's page cache (as reclaim might).
+  const auto lose_start = [&](const std::string& name) {
+    const int fd = ::open((mnt_ / name).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::posix_fadvise(fd, 0, page, POSIX_FADV_DONTNEED), 0);
+    ::close(fd);
+  };
+  // What reached the daemon between two snapshots beyond holes filled: READs of files
+  // the kernel lost, and files read ahead.
+  const auto activity = [](const nlohmann::json& a, const nlohmann::json& b) {
+    return FileReads(b) - FileReads(a) - (HoleReads(b) - HoleReads(a)) +
+           b["prefetched"].get<uint64_t>() - a["prefetched"].get<uint64_t>();
+  };
+  ShuffledEpoch(names, 1);  // every file READ from the source
+  std::this_thread::sleep_for(kLook);
+  const auto first = m->Stats();
+  for (int i = 0; i < 2; ++i) lose_start(names[100 + i]);
+  ShuffledEpoch(names, 2);  // two READs of a file's start, then, next epoch, two pushes
+  std::this_thread::sleep_for(kLook);
+  const auto second = m->Stats();
+  ASSERT_EQ(second["access_paused"], 0) << second.dump();
+  if (activity(first, second) > 2) {
+    // Files the first epoch's READs did not fill in order (busy CPUs) are read ahead.
+    GTEST_SKIP() << "more than the two files reached the daemon: " << second.dump();
+  }
+  ShuffledEpoch(names, 3);  // paused from its start
+  const auto third = m->Stats();
+  ASSERT_EQ(third["access_pauses"], 1) << third.dump();
+  EXPECT_LT(third["access_opens"].get<uint64_t>() - second["access_opens"].get<uint64_t>(), 1100u)
+      << third.dump();
+  const auto lost_reads = [](const nlohmann::json& a, const nlohmann::json& b) {
+    return FileReads(b) - FileReads(a) - (HoleReads(b) - HoleReads(a));
+  };
+  if (third["access_paused"] != 1) {
+    // Resumed: only by more READs of files the kernel lost than the noise (busy CPUs).
+    EXPECT_GT(lost_reads(second, third), 4u) << third.dump();
+    GTEST_SKIP() << "the kernel let more files go: " << third.dump();
+  }
+
+  // Paused: four READs of files the kernel lost leave it paused, the fifth resumes it.
+  for (int i = 0; i < 4; ++i) lose_start(names[200 + i]);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(ReadFile(mnt_ / names[200 + i]), RandomBytes(kSize, 200 + i));
+  std::this_thread::sleep_for(kLook);
+  auto s = m->Stats();
+  if (lost_reads(third, s) > 4) GTEST_SKIP() << "the kernel let more files go: " << s.dump();
+  EXPECT_EQ(lost_reads(third, s), 4u) << s.dump();
+  EXPECT_EQ(s["access_paused"], 1) << s.dump();
+  const auto before_fifth = s;
+  lose_start(names[300]);
+  ASSERT_EQ(ReadFile(mnt_ / names[300]), RandomBytes(kSize, 300));
+  std::this_thread::sleep_for(kLook);
+  s = m->Stats();
+  if (lost_reads(before_fifth, s) == 0) GTEST_SKIP() << "the kernel kept the page: " << s.dump();
+  EXPECT_EQ(s["access_paused"], 0) << s.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Consistency, PushTest, ::testing::Values("notify", "open"));
