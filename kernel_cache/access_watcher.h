@@ -25,9 +25,10 @@
 // machine with proactive reclaim takes a few pages all the time, and a READ that fills
 // a hole in a file the kernel holds is not counted at all. READs beyond as many again
 // (the kernel dropped files, files changed) resume watching; while paused, and until
-// the marks are back, READs count as accesses, as without a watcher. With the data set in the page cache, the events held a warm
-// epoch well below tmpfs (docs/benchmarks.md, "Pushing into the page cache", the table
-// under "Warm epochs, what was done about it").
+// the marks are back, READs count as accesses, as without a watcher. With the data set
+// in the page cache, the events held a warm epoch well below tmpfs (docs/benchmarks.md,
+// "Pushing into the page cache", the table under "Warm epochs, what was done about
+// it").
 //
 // Thread-safety: Watch() is thread-safe and never blocks on the kernel; WaitMarked()
 // blocks its caller (a FUSE worker) for at most kMarkWait; one thread makes marks and

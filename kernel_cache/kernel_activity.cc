@@ -65,8 +65,6 @@ void KernelActivity::BeforeNewEpochPlan() {
 }
 
 void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
-  // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
-  // (it would count twice), unless the watcher is paused.
   // A hole in a file the kernel holds (a page its own reclaim took) is no access, and no
   // sign that readahead has work: it leaves a paused watcher paused (on a machine whose
   // reclaim keeps taking single pages the watcher would never pause).
@@ -74,6 +72,8 @@ void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
     hole_reads_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
+  // (it would count twice), unless the watcher is paused.
   if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
   if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead(node)) {
     return;
@@ -101,8 +101,8 @@ void KernelActivity::VisitCounters(const KernelActivity* activity, const Counter
             .Show({.row = "source fds", .label = "pushed at open", .quiet = true}),
         pushes);
   visit(CounterInfo{"kernel_hole_reads",
-                    "READs inside a file the kernel's page cache was believed to hold whole "
-                    "(not at its start): pages its own reclaim took one by one.",
+                    "READs inside a file the kernel's page cache was believed to hold whole, "
+                    "not at its start: holes its own reclaim made (or O_DIRECT reads).",
                     kCounter},
         activity ? activity->hole_reads_.load(std::memory_order_relaxed) : 0);
 }
