@@ -6,6 +6,7 @@
 #include <sys/fanotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -95,7 +96,12 @@ void AccessWatcher::Run() {
   NameThisThread("access-watch");
   while (true) {
     struct pollfd fds[2] = {{fanotify_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
+    // Paused, the READs that resume watching are counted per window of one epoch's time:
+    // noise that never ends (proactive reclaim) must not add up to a resume.
+    const int timeout_ms =
+        watching_.load() ? -1 : static_cast<int>(paused_window_.count());
+    const int ready = ::poll(fds, 2, timeout_ms);
+    if (ready < 0 && errno != EINTR) {
       spdlog::warn("access watcher: poll: {}", std::strerror(errno));
       {
         MutexLock lock(mu_);
@@ -103,6 +109,10 @@ void AccessWatcher::Run() {
       }
       marked_cv_.notify_all();
       return;
+    }
+    if (ready == 0 && !watching_.load()) {
+      resume_after_reads_.store(demand_reads_.load() + paused_noise_);
+      continue;
     }
     if (fds[1].revents & POLLIN) {
       uint64_t n;
@@ -184,6 +194,7 @@ void AccessWatcher::MaybePause() {
   const prefetch::PrefetcherStats s = prefetcher_.Stats();
   if (s.epoch == checked_epoch_) return;  // an epoch is judged once it ended
   checked_epoch_ = s.epoch;
+  const auto epoch_time = now - std::exchange(epoch_looked_at_, now);
   // READs and files readahead brought since the last epoch's end. The look after an
   // epoch's end comes with the next one's first opens, and counts their READs with the
   // epoch that ended: its last READs would otherwise count against the next one too.
@@ -200,6 +211,9 @@ void AccessWatcher::MaybePause() {
   }
   const uint64_t reads = demand_reads_.load();
   resume_after_reads_.store(reads + noise);
+  paused_noise_ = noise;
+  paused_window_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(epoch_time),
+                              kMinPausedWindow, kMaxPausedWindow);
   watching_.store(false);
   marks_.store(0);
   pauses_.fetch_add(1, std::memory_order_relaxed);

@@ -24,11 +24,11 @@
 // here): the marks are flushed. "Nearly": one file in 256 of those known, because a
 // machine with proactive reclaim takes a few pages all the time, and a READ that fills
 // a hole in a file the kernel holds is not counted at all. READs beyond as many again
-// (the kernel dropped files, files changed) resume watching; while paused, and until
-// the marks are back, READs count as accesses, as without a watcher. With the data set
-// in the page cache, the events held a warm epoch well below tmpfs (docs/benchmarks.md,
-// "Pushing into the page cache", the table under "Warm epochs, what was done about
-// it").
+// within one epoch's time (the kernel dropped files, files changed) resume watching;
+// while paused, and until the marks are back, READs count as accesses, as without a
+// watcher. With the data set in the page cache, the events held a warm epoch well below
+// tmpfs (docs/benchmarks.md, "Pushing into the page cache", the table under "Warm
+// epochs, what was done about it").
 //
 // Thread-safety: Watch() is thread-safe and never blocks on the kernel; WaitMarked()
 // blocks its caller (a FUSE worker) for at most kMarkWait; one thread makes marks and
@@ -154,7 +154,8 @@ class AccessWatcher {
   // Opens are seen (marks in place); false from a pause until the marks are back.
   std::atomic<bool> watching_{true};
   std::atomic<bool> resume_asked_{false};
-  // Paused: a READ beyond this many demand_reads_ resumes watching.
+  // Paused: a READ beyond this many demand_reads_ resumes watching. The watcher thread
+  // moves it up to the READs so far + the noise once per paused_window_.
   std::atomic<uint64_t> resume_after_reads_{0};
   // The watcher thread's own: what MaybePause last saw, and when it looked.
   static constexpr auto kPauseCheckPeriod = std::chrono::milliseconds(100);
@@ -165,6 +166,13 @@ class AccessWatcher {
   // READs + files read ahead when the current epoch's first look came (kNotCounted: it
   // began before the watcher watched; it is not judged).
   uint64_t activity_counted_from_ = kNotCounted;
+  std::chrono::steady_clock::time_point epoch_looked_at_{};  // the last epoch's first look
+  // While paused: the noise allowed, and the window it is allowed in (the quiet epoch's
+  // time, within bounds).
+  static constexpr auto kMinPausedWindow = std::chrono::milliseconds(1000);
+  static constexpr auto kMaxPausedWindow = std::chrono::milliseconds(600'000);
+  uint64_t paused_noise_ = 0;
+  std::chrono::milliseconds paused_window_{kMinPausedWindow};
   // The watcher thread's own: when it last read events (see Run).
   static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(4);
   static constexpr auto kMarkWait = std::chrono::milliseconds(20);
