@@ -111,7 +111,7 @@ void AccessWatcher::Run() {
       return;
     }
     if (ready == 0 && !watching_.load()) {
-      resume_after_reads_.store(demand_reads_.load() + paused_noise_);
+      AllowNoiseFromNow();
       continue;
     }
     if (fds[1].revents & POLLIN) {
@@ -165,9 +165,13 @@ void AccessWatcher::Run() {
 
 uint64_t AccessWatcher::Noise(uint64_t files_known) { return files_known / kNoiseShare; }
 
-bool AccessWatcher::OnDemandRead(const fs::Inode& file) {
-  demand_reads_.fetch_add(1, std::memory_order_relaxed);
-  if (watching_.load(std::memory_order_relaxed)) {
+bool AccessWatcher::OnDemandRead(const fs::Inode& file, uint64_t offset) {
+  // A READ of a file's start counts that file once; the READs inside a file (holes the
+  // kernel's reclaim made, the rest of a file it lost) are counted apart, with more
+  // leeway: a file can take many.
+  std::atomic<uint64_t>& reads = offset == 0 ? start_reads_ : inner_reads_;
+  const uint64_t count = reads.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (watching_.load(std::memory_order_acquire)) {
     // A file in a folder not marked yet (WaitMarked gave up, or the mark failed): only
     // its READ tells.
     if (unmarked_count_.load(std::memory_order_acquire) == 0) return false;
@@ -176,7 +180,8 @@ bool AccessWatcher::OnDemandRead(const fs::Inode& file) {
     MutexLock lock(mu_);
     return unmarked_.count(folder->nodeid) != 0;
   }
-  if (demand_reads_.load() > resume_after_reads_.load()) AskToResume();
+  const std::atomic<uint64_t>& limit = offset == 0 ? resume_after_starts_ : resume_after_inner_;
+  if (count > limit.load()) AskToResume();
   return true;
 }
 
@@ -187,7 +192,13 @@ void AccessWatcher::AskToResume() {
   }
 }
 
+void AccessWatcher::AllowNoiseFromNow() {
+  resume_after_starts_.store(start_reads_.load() + paused_noise_);
+  resume_after_inner_.store(inner_reads_.load() + kInnerReadsPerNoise * paused_noise_);
+}
+
 void AccessWatcher::MaybePause() {
+  if (!watching_.load()) return;  // a folder marked while paused sends events too
   const auto now = std::chrono::steady_clock::now();
   if (now < pause_checked_ + kPauseCheckPeriod) return;
   pause_checked_ = now;
@@ -198,20 +209,24 @@ void AccessWatcher::MaybePause() {
   // READs and files readahead brought since the last epoch's end. The look after an
   // epoch's end comes with the next one's first opens, and counts their READs with the
   // epoch that ended: its last READs would otherwise count against the next one too.
-  const uint64_t activity = demand_reads_.load(std::memory_order_relaxed) + s.prefetched;
+  const uint64_t activity = start_reads_.load(std::memory_order_relaxed) + s.prefetched;
+  const uint64_t inner = inner_reads_.load(std::memory_order_relaxed);
   const uint64_t counted_from = std::exchange(activity_counted_from_, activity);
+  const uint64_t inner_from = std::exchange(inner_counted_from_, inner);
   if (counted_from == kNotCounted) return;  // the epoch did not start watched
   const uint64_t noise = Noise(s.files_known);
-  if (activity - counted_from > noise) return;
+  if (activity - counted_from > noise || inner - inner_from > kInnerReadsPerNoise * noise) {
+    return;
+  }
   // FAN_MARK_FLUSH: every inode mark of this group goes; marked_ remembers them.
   if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_FLUSH, 0, AT_FDCWD, nullptr) != 0) {
     spdlog::debug("access watcher: cannot flush marks: {}", std::strerror(errno));
     activity_counted_from_ = kNotCounted;
     return;
   }
-  const uint64_t reads = demand_reads_.load();
-  resume_after_reads_.store(reads + noise);
   paused_noise_ = noise;
+  AllowNoiseFromNow();
+  const uint64_t starts = resume_after_starts_.load(), inner_limit = resume_after_inner_.load();
   paused_window_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(epoch_time),
                               kMinPausedWindow, kMaxPausedWindow);
   watching_.store(false);
@@ -221,7 +236,7 @@ void AccessWatcher::MaybePause() {
                "opens until more than {} READs reach the daemon",
                noise);
   // READs that came in between found watching_ still true and did not ask to resume.
-  if (demand_reads_.load() > reads + noise) AskToResume();
+  if (start_reads_.load() > starts || inner_reads_.load() > inner_limit) AskToResume();
 }
 
 void AccessWatcher::MarkQueued() {

@@ -21,10 +21,10 @@
 // Pausing. Once a whole epoch went by with (nearly) no READ reaching the daemon and
 // (nearly) nothing for readahead to bring (the page cache holds the data set), the
 // events are worth nothing and cost every open (made in the reader's open(), read
-// here): the marks are flushed. "Nearly": one file in 256 of those known, because a
-// machine with proactive reclaim takes a few pages all the time, and a READ that fills
-// a hole in a file the kernel holds is not counted at all. READs beyond as many again
-// within one epoch's time (the kernel dropped files, files changed) resume watching;
+// here): the marks are flushed. "Nearly": READs of the start of one file in 256 of
+// those known, and 16 times as many READs inside files (holes), because a machine with
+// proactive reclaim takes a few pages all the time. READs beyond as many again within
+// one epoch's time (the kernel dropped files, files changed) resume watching;
 // while paused, and until the marks are back, READs count as accesses, as without a
 // watcher. With the data set in the page cache, the events held a warm epoch well below
 // tmpfs (docs/benchmarks.md, "Pushing into the page cache", the table under "Warm
@@ -95,7 +95,7 @@ class AccessWatcher {
   // (paused, the marks not back yet, or its folder looked up so lately that its mark is
   // still queued): the caller then reports the read as an access itself. Resumes
   // watching if paused.
-  bool OnDemandRead(const fs::Inode& file) EXCLUDES(mu_);
+  bool OnDemandRead(const fs::Inode& file, uint64_t offset) EXCLUDES(mu_);
 
   uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
   // Names the counters (base/counters.h); `watcher` may be null (none running).
@@ -122,6 +122,8 @@ class AccessWatcher {
   // reclaim took (a machine with proactive reclaim keeps taking some), and while paused,
   // the READs that do not resume watching.
   static uint64_t Noise(uint64_t files_known);
+  // Paused: the READs from now on that resume watching are those beyond the noise.
+  void AllowNoiseFromNow();
 
   const std::filesystem::path mountpoint_;
   UniqueFd fanotify_fd_;
@@ -150,22 +152,28 @@ class AccessWatcher {
   std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0}, pauses_{0};
   // The watcher thread's own: FAN_MARK_EVICTABLE, or 0 once the kernel refused it.
   unsigned evictable_ = FAN_MARK_EVICTABLE;
-  std::atomic<uint64_t> demand_reads_{0};
+  // READs that reached the daemon: of a file's start (a file the kernel lacks), and inside
+  // a file (a hole, or the rest of a file whose start the kernel kept).
+  std::atomic<uint64_t> start_reads_{0}, inner_reads_{0};
   // Opens are seen (marks in place); false from a pause until the marks are back.
   std::atomic<bool> watching_{true};
   std::atomic<bool> resume_asked_{false};
-  // Paused: a READ beyond this many demand_reads_ resumes watching. The watcher thread
-  // moves it up to the READs so far + the noise once per paused_window_.
-  std::atomic<uint64_t> resume_after_reads_{0};
+  // Paused: a READ beyond this many start_reads_ (inner_reads_) resumes watching. The
+  // watcher thread moves them up to the READs so far + the noise once per
+  // paused_window_ (AllowNoiseFromNow).
+  std::atomic<uint64_t> resume_after_starts_{0}, resume_after_inner_{0};
   // The watcher thread's own: what MaybePause last saw, and when it looked.
   static constexpr auto kPauseCheckPeriod = std::chrono::milliseconds(100);
   static constexpr uint64_t kNoiseShare = 256;  // Noise: one file in this many
+  // READs inside files allowed per file of noise: holes come several to a file.
+  static constexpr uint64_t kInnerReadsPerNoise = 16;
   static constexpr uint64_t kNotCounted = UINT64_MAX;
   std::chrono::steady_clock::time_point pause_checked_{};
   uint64_t checked_epoch_ = 0;  // the prefetcher's epoch at the last look
   // READs + files read ahead when the current epoch's first look came (kNotCounted: it
   // began before the watcher watched; it is not judged).
   uint64_t activity_counted_from_ = kNotCounted;
+  uint64_t inner_counted_from_ = 0;  // inner_reads_ then
   std::chrono::steady_clock::time_point epoch_looked_at_{};  // the last epoch's first look
   // While paused: the noise allowed, and the window it is allowed in (the quiet epoch's
   // time, within bounds).

@@ -65,17 +65,12 @@ void KernelActivity::BeforeNewEpochPlan() {
 }
 
 void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
-  // A hole in a file the kernel holds (a page its own reclaim took) is no access, and no
-  // sign that readahead has work: it leaves a paused watcher paused (on a machine whose
-  // reclaim keeps taking single pages the watcher would never pause).
-  if (residency_.FillsHole(node, offset)) {
-    hole_reads_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (residency_.FillsHole(node, offset)) hole_reads_.fetch_add(1, std::memory_order_relaxed);
   // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
   // (it would count twice), unless the watcher is paused.
   if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
-  if (AccessWatcher* access = access_.load(); access != nullptr && !access->OnDemandRead(node)) {
+  if (AccessWatcher* access = access_.load();
+      access != nullptr && !access->OnDemandRead(node, offset)) {
     return;
   }
   if (prefetcher_ == nullptr) return;

@@ -41,8 +41,7 @@ bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint6
 }
 
 bool Residency::FillsHole(const fs::Inode& node, uint64_t offset) const {
-  return offset != 0 && counts_reads_.load(std::memory_order_relaxed) &&
-         node.kernel_pages.whole_at.load(std::memory_order_relaxed) != 0;
+  return offset != 0 && counts_reads_.load(std::memory_order_relaxed) && HoldsWhole(node);
 }
 
 void Residency::NoteHeldWhole(fs::Inode& node, uint64_t file_size) {
