@@ -226,7 +226,6 @@ void AccessWatcher::MaybePause() {
   }
   paused_noise_ = noise;
   AllowNoiseFromNow();
-  const uint64_t starts = resume_after_starts_.load(), inner_limit = resume_after_inner_.load();
   paused_window_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(epoch_time),
                               kMinPausedWindow, kMaxPausedWindow);
   watching_.store(false);
@@ -236,7 +235,10 @@ void AccessWatcher::MaybePause() {
                "opens until more than {} READs reach the daemon",
                noise);
   // READs that came in between found watching_ still true and did not ask to resume.
-  if (start_reads_.load() > starts || inner_reads_.load() > inner_limit) AskToResume();
+  if (start_reads_.load() > resume_after_starts_.load() ||
+      inner_reads_.load() > resume_after_inner_.load()) {
+    AskToResume();
+  }
 }
 
 void AccessWatcher::MarkQueued() {

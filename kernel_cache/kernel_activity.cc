@@ -65,7 +65,6 @@ void KernelActivity::BeforeNewEpochPlan() {
 }
 
 void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
-  if (residency_.FillsHole(node, offset)) hole_reads_.fetch_add(1, std::memory_order_relaxed);
   // With opens seen (as OPENs, or by the access watcher), a READ is no access of its own
   // (it would count twice), unless the watcher is paused.
   if (opens_are_accesses_.load(std::memory_order_relaxed)) return;
@@ -97,9 +96,9 @@ void KernelActivity::VisitCounters(const KernelActivity* activity, const Counter
         pushes);
   visit(CounterInfo{"kernel_hole_reads",
                     "READs inside a file the kernel's page cache was believed to hold whole, "
-                    "not at its start: holes its own reclaim made (or O_DIRECT reads).",
+                    "not at its start: holes its own reclaim made.",
                     kCounter},
-        activity ? activity->hole_reads_.load(std::memory_order_relaxed) : 0);
+        activity ? activity->residency_.hole_reads() : 0);
 }
 
 }  // namespace epochfs::kernel_cache

@@ -70,7 +70,6 @@ class KernelActivity final : public fs::SourceObserver {
   std::atomic<PageCachePusher*> pusher_{nullptr};
   std::atomic<bool> opens_are_accesses_{false};
   std::atomic<uint64_t> pushes_at_open_{0};
-  std::atomic<uint64_t> hole_reads_{0};
 };
 
 }  // namespace epochfs::kernel_cache

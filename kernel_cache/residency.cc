@@ -15,7 +15,10 @@ bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint6
   // again for one page; a wrong belief costs a READ per hole, as it does anyway. Under a
   // memory limit the group's own reclaim takes what was pushed, and readahead pushing
   // it again before its next read is the point: there any READ ends the belief.
-  if (FillsHole(node, offset)) return false;
+  if (FillsHole(node, offset)) {
+    hole_reads_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   // A READ means the kernel lacks that page: whatever it held of the file, it is not the
   // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
   // every older one as well (the kernel reclaims the least recently used first) was

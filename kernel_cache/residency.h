@@ -43,11 +43,14 @@ class Residency {
   // A push stored the whole file (`file_size` bytes) in the kernel's page cache.
   void NoteHeldWhole(fs::Inode& node, uint64_t file_size);
   bool HoldsWhole(const fs::Inode& node) const;
+  // READs NoteRead found filling a hole, since the start.
+  uint64_t hole_reads() const { return hole_reads_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> budget_{0};
   std::atomic<bool> counts_reads_{false};
   std::atomic<uint64_t> delivered_bytes_{0};  // the delivery clock
+  std::atomic<uint64_t> hole_reads_{0};
 };
 
 }  // namespace epochfs::kernel_cache

@@ -62,6 +62,7 @@ TEST(Residency, AReadInsideAFileHeldWholeFillsAHoleAndTheFileStaysHeld) {
   EXPECT_TRUE(residency.HoldsWhole(*a));
   EXPECT_FALSE(residency.NoteRead(*a, 8192, 100, 10'000));  // another
   EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_EQ(residency.hole_reads(), 2u);
   EXPECT_FALSE(residency.NoteRead(*a, 0, 4096, 10'000));  // its start: gone
   EXPECT_FALSE(residency.HoldsWhole(*a));
   EXPECT_FALSE(residency.FillsHole(*a, 4096));
