@@ -16,6 +16,14 @@ With ``--baseline BINARY`` each round runs the baseline right after the binary u
 on every row, so that drift on a shared machine hits both alike; the table gives the
 median over ``--rounds`` of CPU per file and files/s, and the ratio new/base.
 
+Each round also reads the data set without epochfs, for the ratios a user compares: the
+local disk read cold (page cache dropped: what a plain copy on the local disk gives) for
+the restart row, and a tmpfs copy for the warm row. The restart row gives a second CPU
+figure, from the daemon's start to the epoch's end: a daemon that streams its SSD tier from
+mount on does part of the epoch's work before the first open, which the epoch alone does
+not count. Where the CPU goes, by thread name (``/proc/PID/task``), is printed for the
+last round of each row and kept in the JSON.
+
     /usr/bin/python3 bench/cpu_per_file.py --epochfs build/cli/epochfs --baseline /tmp/old
 """
 
@@ -25,10 +33,12 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import zlib
 
@@ -65,7 +75,7 @@ def join_cgroup(pid: int) -> None:
 
 
 def read_epoch(mnt: str, paths: list[str], crcs: dict[str, int], readers: int, epoch_seed: int,
-               in_cgroup: bool) -> float:
+               in_cgroup: bool, sampler: ThreadSampler | None = None) -> float:
     """One shuffled epoch by `readers` forked processes; returns its seconds."""
     order = list(paths)
     random.Random(epoch_seed).shuffle(order)
@@ -90,25 +100,107 @@ def read_epoch(mnt: str, paths: list[str], crcs: dict[str, int], readers: int, e
                 code = 1
             os._exit(code)
         children.append(pid)
+    if sampler:
+        sampler.start()
     failed = False
     for pid in children:
         _, status = os.waitpid(pid, 0)
         failed |= os.waitstatus_to_exitcode(status) != 0
+    elapsed = time.monotonic() - start
+    if sampler:
+        sampler.stop()
     if failed:
         raise SystemExit(1)
-    return time.monotonic() - start
+    return elapsed
+
+
+#: status counters printed for the last round of each row: where the files came from and
+#: how the SSD tier was read (a key a binary lacks is left out).
+STATUS_KEYS = ("requests.lookup", "requests.open", "requests.getattr", "requests.ioctl",
+               "requests.read", "access_opens", "access_pauses", "access_paused", "ram_hits", "ssd_hits", "ssd_read_around",
+               "ssd_streamed", "ssd_stream_ios", "ssd_stream_bytes", "ssd_hit_bytes",
+               "prefetch_overtaken", "pushed_files", "pushed_from_stream", "pushed_at_open",
+               "misses", "source_reads")
+
+
+def daemon_status(binary: str, mnt: str) -> dict:
+    out = subprocess.run([binary, "status", mnt, "--json"], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)
 
 
 def daemon_pid(binary: str, mnt: str) -> int:
-    out = subprocess.run([binary, "status", mnt, "--json"], check=True, capture_output=True,
-                         text=True).stdout
-    return int(json.loads(out)["pid"])
+    return int(daemon_status(binary, mnt)["pid"])
+
+
+def status_counters(status: dict) -> dict[str, float]:
+    """The status's numbers, nested groups flattened to "group.key"."""
+    flat: dict[str, float] = {}
+    for key, value in status.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items() if isinstance(v, (int, float))})
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[key] = value
+    return flat
 
 
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ThreadSampler:
+    """The daemon's CPU per thread name over an epoch, from /proc/PID/task. Threads come
+    and go (libfuse retires idle workers), so each is looked at every 50 ms while the
+    readers run and counted from its first look (0 if born after the start) to its last."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.first: dict[str, float] = {}
+        self.last: dict[str, tuple[str, float]] = {}
+        self.sample(at_start=True)
+        self._stop = threading.Event()
+        # A thread, so that the epoch's end is seen when the readers exit, not at the
+        # next look.
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.sample()
+
+    def sample(self, at_start: bool = False) -> None:
+        task_dir = f"/proc/{self.pid}/task"
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/stat") as f:
+                    head, tail = f.read().rsplit(")", 1)
+            except OSError:  # the thread exited while we looked
+                continue
+            name = re.sub(r"-\d+$", "", head.split("(", 1)[1])
+            fields = tail.split()
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            if at_start:
+                self.first[tid] = cpu
+            self.last[tid] = (name, cpu)
+
+    def shares(self) -> dict[str, float]:
+        """Each thread name's share of the CPU the sampled threads used."""
+        per_name: dict[str, float] = {}
+        for tid, (name, cpu) in self.last.items():
+            per_name[name] = per_name.get(name, 0.0) + cpu - self.first.get(tid, 0.0)
+        total = sum(per_name.values())
+        if total <= 0:
+            return {}
+        return {n: c / total for n, c in sorted(per_name.items(), key=lambda kv: -kv[1]) if c > 0}
 
 
 def mount(binary: str, src: str, mnt: str, cache: str, ram: str, extra: list[str],
@@ -124,12 +216,26 @@ def umount(binary: str, mnt: str) -> None:
 
 
 def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup):
-    pid = daemon_pid(binary, mnt)
+    before = status_counters(daemon_status(binary, mnt))
+    pid = int(before["pid"])
     cpu0 = cpu_seconds(pid)
-    secs = read_epoch(mnt, paths, crcs, args.readers, epoch_seed, in_cgroup)
-    cpu = cpu_seconds(pid) - cpu0
+    sampler = ThreadSampler(pid)
+    secs = read_epoch(mnt, paths, crcs, args.readers, epoch_seed, in_cgroup, sampler)
+    cpu_total = cpu_seconds(pid)
+    cpu = cpu_total - cpu0
+    after = status_counters(daemon_status(binary, mnt))
     return {"us_per_file": cpu * 1e6 / len(paths), "files_per_s": len(paths) / secs,
-            "daemon_cpu_s": cpu, "seconds": secs}
+            "daemon_cpu_s": cpu, "seconds": secs,
+            "us_per_file_since_start": cpu_total * 1e6 / len(paths),
+            "threads": sampler.shares(),
+            "counters": {k: after[k] - before.get(k, 0) for k in after if k != "pid"}}
+
+
+def reference_epoch(root: str, paths, crcs, args, epoch_seed: int, cold: bool) -> float:
+    """files/s of one epoch read straight from `root` (no epochfs)."""
+    if cold:
+        drop_caches()
+    return len(paths) / read_epoch(root, paths, crcs, args.readers, epoch_seed, False)
 
 
 def run_row(row: str, binary: str, src: str, mnt: str, cache: str, paths, crcs, data_bytes,
@@ -192,8 +298,21 @@ def main() -> int:
     if args.baseline:
         binaries.append(("base", os.path.abspath(args.baseline)))
     results = {row: {label: [] for label, _ in binaries} for row in args.rows}
+    # What a user compares against: the local disk read cold (a plain copy there) for the
+    # restart row, a tmpfs copy for the warm row.
+    references = {"local disk, cold": [], "tmpfs": []}
+    tmpfs = os.path.join("/dev/shm", "epochfs-cpu-per-file")
+    shutil.rmtree(tmpfs, ignore_errors=True)
+    shutil.copytree(src, tmpfs)
     try:
         for r in range(args.rounds):
+            references["local disk, cold"].append(
+                reference_epoch(src, paths, crcs, args, 1000 * r + 1, cold=True))
+            reference_epoch(tmpfs, paths, crcs, args, 1000 * r + 1, cold=False)
+            references["tmpfs"].append(reference_epoch(tmpfs, paths, crcs, args, 1000 * r + 2,
+                                                       cold=False))
+            print(f"round {r + 1} local disk cold {references['local disk, cold'][-1]:8.0f} files/s, "
+                  f"tmpfs {references['tmpfs'][-1]:8.0f} files/s", flush=True)
             for row in args.rows:
                 for label, binary in binaries:
                     res = run_row(row, binary, src, mnt, cache, paths, crcs, data_bytes, args, r)
@@ -201,6 +320,7 @@ def main() -> int:
                     print(f"round {r + 1} {row:<8} {label:<5} {res['us_per_file']:7.1f} us/file "
                           f"{res['files_per_s']:8.0f} files/s", flush=True)
     finally:
+        shutil.rmtree(tmpfs, ignore_errors=True)
         for _, binary in binaries:
             subprocess.run([binary, "umount", "--lazy", mnt], capture_output=True)
         if os.path.isdir(CGROUP):
@@ -222,10 +342,36 @@ def main() -> int:
             line += (f"   {med['new']['us_per_file'] / med['base']['us_per_file']:12.2f}"
                      f"  {med['new']['files_per_s'] / med['base']['files_per_s']:15.2f}")
         print(line)
+    ref = {name: statistics.median(v) for name, v in references.items()}
+    print(f"\nwithout epochfs: local disk read cold {ref['local disk, cold']:.0f} files/s, "
+          f"tmpfs {ref['tmpfs']:.0f} files/s")
+    compare = {"restart": "local disk, cold", "warm": "tmpfs"}
+    for row in args.rows:
+        if row in compare:
+            print(f"{row:<8} / {compare[row]:<17}" + "".join(
+                f"  {label} {summary[row][label]['files_per_s'] / ref[compare[row]]:.2f}x"
+                for label, _ in binaries))
+    if "restart" in args.rows:
+        print("restart, CPU from the daemon's start to the epoch's end (us/file):" + "".join(
+            f"  {label} {statistics.median(x['us_per_file_since_start'] for x in results['restart'][label]):.1f}"
+            for label, _ in binaries))
+    print("\nwhere the daemon's CPU went in the last round (share by thread name):")
+    for row in args.rows:
+        for label, _ in binaries:
+            shares = results[row][label][-1]["threads"]
+            print(f"  {row:<8} {label:<5} " + ", ".join(
+                f"{name} {share:.0%}" for name, share in list(shares.items())[:6]))
+    print("\nstatus counters over the measured epoch, last round:")
+    for row in args.rows:
+        for label, _ in binaries:
+            counters = results[row][label][-1]["counters"]
+            print(f"  {row:<8} {label:<5} " + ", ".join(
+                f"{k} {counters[k]:.0f}" for k in STATUS_KEYS if k in counters))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"params": vars(args), "data_bytes": data_bytes, "rounds": results,
-                   "median": summary,
+                   "median": summary, "references_files_per_s": references,
+                   "cores": os.cpu_count(),
                    "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                                             capture_output=True, text=True).stdout.strip()},
                   f, indent=1)
