@@ -199,11 +199,13 @@ void AccessWatcher::AllowNoiseFromNow() {
 
 void AccessWatcher::MaybePause() {
   if (!watching_.load()) return;  // a folder marked while paused sends events too
+  // An epoch is judged once, at the first batch of opens after it ended: a warm epoch
+  // can be shorter than any fixed period between looks, and a look once per period
+  // judged it an epoch or more late. The epoch's number is cheap to ask; the
+  // prefetcher's stats (its lock) are taken only then.
+  if (prefetcher_.Epoch() == checked_epoch_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (now < pause_checked_ + kPauseCheckPeriod) return;
-  pause_checked_ = now;
   const prefetch::PrefetcherStats s = prefetcher_.Stats();
-  if (s.epoch == checked_epoch_) return;  // an epoch is judged once it ended
   checked_epoch_ = s.epoch;
   const auto epoch_time = now - std::exchange(epoch_looked_at_, now);
   // READs and files readahead brought since the last epoch's end. The look after an

@@ -162,13 +162,11 @@ class AccessWatcher {
   // watcher thread moves them up to the READs so far + the noise once per
   // paused_window_ (AllowNoiseFromNow).
   std::atomic<uint64_t> resume_after_starts_{0}, resume_after_inner_{0};
-  // The watcher thread's own: what MaybePause last saw, and when it looked.
-  static constexpr auto kPauseCheckPeriod = std::chrono::milliseconds(100);
+  // The watcher thread's own: what MaybePause last saw.
   static constexpr uint64_t kNoiseShare = 256;  // Noise: one file in this many
   // READs inside files allowed per file of noise: holes come several to a file.
   static constexpr uint64_t kInnerReadsPerNoise = 16;
   static constexpr uint64_t kNotCounted = UINT64_MAX;
-  std::chrono::steady_clock::time_point pause_checked_{};
   uint64_t checked_epoch_ = 0;  // the prefetcher's epoch at the last look
   // READs + files read ahead when the current epoch's first look came (kNotCounted: it
   // began before the watcher watched; it is not judged).

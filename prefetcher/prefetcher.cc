@@ -152,6 +152,7 @@ class PrefetcherImpl final : public Prefetcher {
   void AttachKernelPages(KernelPages* pages) override { kernel_pages_.store(pages); }
   std::vector<std::string> KnownPaths() const override;
   PrefetcherStats Stats() const override;
+  uint64_t Epoch() const override;
 
  private:
   Pattern PatternLocked() const REQUIRES(mu_) {
@@ -314,6 +315,7 @@ class PrefetcherImpl final : public Prefetcher {
   Classifier classifier_ GUARDED_BY(mu_);
   Pattern previous_pattern_ GUARDED_BY(mu_) = Pattern::kUnknown;  // the last epoch's, at its end
   uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> epoch_now_{0};  // epoch_, for Epoch()
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
   // order). Orders refer to it by index.
   std::vector<std::pair<FileKey, std::string>> catalog_ GUARDED_BY(mu_);
@@ -447,6 +449,7 @@ void PrefetcherImpl::LoadRecord() {
   }
   NewEpochLocked();  // the recorded order becomes the previous epoch
   epoch_ = 0;
+  epoch_now_.store(0, std::memory_order_relaxed);
   // A published plan does not survive a restart; until a new one comes, the rest of the
   // epoch is what a shuffled reader reads.
   previous_pattern_ =
@@ -525,7 +528,7 @@ void PrefetcherImpl::NewEpochLocked() {
     policy_->NewEpoch();
   }
   if (options_.gate) options_.gate->OnNewEpoch();
-  ++epoch_;
+  epoch_now_.store(++epoch_, std::memory_order_relaxed);
 }
 
 void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {
@@ -1099,6 +1102,8 @@ void PrefetcherImpl::PushToKernel(const cache::SourceIdentity& id) {
   }
   pages->Offer(id);  // now, or once the kernel has the file's inode (kernel_pages.h)
 }
+
+uint64_t PrefetcherImpl::Epoch() const { return epoch_now_.load(std::memory_order_relaxed); }
 
 PrefetcherStats PrefetcherImpl::Stats() const {
   MutexLock lock(mu_);

@@ -242,6 +242,9 @@ class Prefetcher {
   virtual std::vector<std::string> KnownPaths() const = 0;
 
   virtual PrefetcherStats Stats() const = 0;
+  // The current epoch's number (PrefetcherStats::epoch) without the prefetcher's lock:
+  // cheap enough to ask at every batch of opens.
+  virtual uint64_t Epoch() const = 0;
 };
 
 }  // namespace epochfs::prefetch

@@ -678,7 +678,9 @@ TEST_P(StreamTest, RestartStreamsFromTheEpochRecordAndNeverAChangedFile) {
   // Served from RAM, or pushed on into the kernel's page cache (the daemon lists the
   // recorded folders at a restart, so the kernel knows the files): never from the SSD.
   EXPECT_GE(s["ram_hits"].get<uint64_t>() + s["pushed_files"].get<uint64_t>(), 599u) << s.dump();
-  EXPECT_EQ(s["ssd_hits"], 0) << s.dump();
+  // Except the holes this VM's reclaim made in pushed files (kernel_hole_reads): their
+  // READs find no RAM copy of a file pushed from the stream.
+  EXPECT_LE(s["ssd_hits"].get<uint64_t>(), s["kernel_hole_reads"].get<uint64_t>()) << s.dump();
   EXPECT_EQ(s["source_reads"], 1) << s.dump();  // only the changed file
 }
 
@@ -1404,8 +1406,8 @@ TEST_P(PushTest, TheAccessWatcherPausesAfterOneQuietEpochAndAHoleDoesNotWakeIt) 
   const auto names = MakeFiles(300, 4, kSize);
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
-  // The watcher looks at most every 100 ms, and only when opens come: the pauses let the
-  // next epoch's first opens be a look.
+  // The watcher judges an epoch at the next one's first batch of opens; the pauses keep
+  // the epochs' events (and READs) apart.
   constexpr auto kLook = std::chrono::milliseconds(150);
   ShuffledEpoch(names, 1);  // every file READ from the source
   std::this_thread::sleep_for(kLook);
@@ -1472,6 +1474,39 @@ TEST_P(PushTest, TheAccessWatcherPausesAfterOneQuietEpochAndAHoleDoesNotWakeIt) 
   s = m->Stats();
   if (FileReads(s) - FileReads(before) < 40) GTEST_SKIP() << "the kernel kept some pages";
   EXPECT_EQ(s["access_paused"], 0) << s.dump();
+}
+
+// Epochs back to back, each shorter than the 100 ms the watcher once waited between its
+// looks at the epoch (a warm epoch of 6,000 files by 14 readers takes 75 ms on 16
+// cores): a quiet epoch is judged when the next one's first opens come, and the watcher
+// pauses then, not an epoch or more later.
+TEST_P(PushTest, TheAccessWatcherJudgesAnEpochAsSoonAsItEndsHoweverShort) {
+  if (GetParam() == std::string("open")) {
+    GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
+  }
+  const auto names = MakeFiles(300, 4, kSize);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  const auto start = std::chrono::steady_clock::now();
+  ShuffledEpoch(names, 1);  // every file READ from the source
+  const auto filled = m->Stats();
+  ShuffledEpoch(names, 2);  // every file in the page cache
+  const auto quiet = m->Stats();
+  ShuffledEpoch(names, 3);
+  const auto third = m->Stats();
+  const auto took = std::chrono::steady_clock::now() - start;
+  if (FileReads(quiet) - FileReads(filled) - (HoleReads(quiet) - HoleReads(filled)) +
+          quiet["prefetched"].get<uint64_t>() - filled["prefetched"].get<uint64_t>() > 1) {
+    GTEST_SKIP() << "the kernel let files go during the quiet epoch: " << quiet.dump();
+  }
+  if (third["access_paused"] != 1 && FileReads(third) - FileReads(quiet) > 1) {
+    GTEST_SKIP() << "READs beyond the noise resumed it: " << third.dump();
+  }
+  EXPECT_EQ(third["access_pauses"], 1) << third.dump();
+  // The third epoch's opens seen before the pause: its first batches, not all 300.
+  EXPECT_LT(third["access_opens"].get<uint64_t>() - quiet["access_opens"].get<uint64_t>(), 150u)
+      << "three epochs in " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+      << " ms; " << third.dump();
 }
 
 // Reclaim that takes a file's first pages sends a READ of its start, which is no hole:
