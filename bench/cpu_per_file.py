@@ -115,12 +115,16 @@ def read_epoch(mnt: str, paths: list[str], crcs: dict[str, int], readers: int, e
 
 
 #: status counters printed for the last round of each row: where the files came from and
-#: how the SSD tier was read (a key a binary lacks is left out).
+#: how the SSD tier was read (a key a binary lacks is left out). Gauges among them show
+#: their value at the epoch's end, the rest what the epoch added.
 STATUS_KEYS = ("requests.lookup", "requests.open", "requests.getattr", "requests.ioctl",
                "requests.read", "access_opens", "access_pauses", "access_paused", "ram_hits", "ssd_hits", "ssd_read_around",
                "ssd_streamed", "ssd_stream_ios", "ssd_stream_bytes", "ssd_hit_bytes",
                "prefetch_overtaken", "pushed_files", "pushed_from_stream", "pushed_at_open",
                "misses", "source_reads")
+
+
+GAUGES = frozenset({"access_paused"})
 
 
 def daemon_status(binary: str, mnt: str) -> dict:
@@ -179,15 +183,19 @@ class ThreadSampler:
 
     def sample(self, at_start: bool = False) -> None:
         task_dir = f"/proc/{self.pid}/task"
-        for tid in os.listdir(task_dir):
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:  # the daemon is gone: its threads were counted up to the last look
+            return
+        for tid in tids:
             try:
                 with open(f"{task_dir}/{tid}/stat") as f:
                     head, tail = f.read().rsplit(")", 1)
-            except OSError:  # the thread exited while we looked
+                name = re.sub(r"-\d+$", "", head.split("(", 1)[1])
+                fields = tail.split()
+                cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):  # the thread exited while we looked
                 continue
-            name = re.sub(r"-\d+$", "", head.split("(", 1)[1])
-            fields = tail.split()
-            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             if at_start:
                 self.first[tid] = cpu
             self.last[tid] = (name, cpu)
@@ -215,7 +223,9 @@ def umount(binary: str, mnt: str) -> None:
     subprocess.run([binary, "umount", mnt], check=True)
 
 
-def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup):
+def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup, since_mount=False):
+    """One epoch with the daemon's CPU, by thread, and its status counters; since_mount:
+    also the CPU from the daemon's start (the first epoch of a mount)."""
     before = status_counters(daemon_status(binary, mnt))
     pid = int(before["pid"])
     cpu0 = cpu_seconds(pid)
@@ -224,11 +234,14 @@ def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup):
     cpu_total = cpu_seconds(pid)
     cpu = cpu_total - cpu0
     after = status_counters(daemon_status(binary, mnt))
+    since_start = {"us_per_file_since_start": cpu_total * 1e6 / len(paths)} if since_mount else {}
     return {"us_per_file": cpu * 1e6 / len(paths), "files_per_s": len(paths) / secs,
-            "daemon_cpu_s": cpu, "seconds": secs,
-            "us_per_file_since_start": cpu_total * 1e6 / len(paths),
+            "daemon_cpu_s": cpu, "seconds": secs, **since_start,
             "threads": sampler.shares(),
-            "counters": {k: after[k] - before.get(k, 0) for k in after if k != "pid"}}
+            # What the epoch added to each number of the status (a gauge's change), and
+            # the status at its end.
+            "deltas": {k: after[k] - before.get(k, 0) for k in after if k != "pid"},
+            "after": after}
 
 
 def reference_epoch(root: str, paths, crcs, args, epoch_seed: int, cold: bool) -> float:
@@ -255,7 +268,7 @@ def run_row(row: str, binary: str, src: str, mnt: str, cache: str, paths, crcs, 
         umount(binary, mnt)
         drop_caches()
         mount(binary, src, mnt, cache, f"{2 * data_bytes}", args.epochfs_arg, False)
-        result = measured_epoch(binary, mnt, paths, crcs, args, seed + 1, False)
+        result = measured_epoch(binary, mnt, paths, crcs, args, seed + 1, False, since_mount=True)
         umount(binary, mnt)
         return result
     limit = int(data_bytes * args.mem_fraction)
@@ -302,17 +315,24 @@ def main() -> int:
     # restart row, a tmpfs copy for the warm row.
     references = {"local disk, cold": [], "tmpfs": []}
     tmpfs = os.path.join("/dev/shm", "epochfs-cpu-per-file")
-    shutil.rmtree(tmpfs, ignore_errors=True)
-    shutil.copytree(src, tmpfs)
+    with_tmpfs = shutil.disk_usage("/dev/shm").free > 2 * data_bytes
+    if not with_tmpfs:
+        print("/dev/shm cannot hold two copies of the data set: no tmpfs reference", flush=True)
     try:
         for r in range(args.rounds):
             references["local disk, cold"].append(
                 reference_epoch(src, paths, crcs, args, 1000 * r + 1, cold=True))
-            reference_epoch(tmpfs, paths, crcs, args, 1000 * r + 1, cold=False)
-            references["tmpfs"].append(reference_epoch(tmpfs, paths, crcs, args, 1000 * r + 2,
-                                                       cold=False))
-            print(f"round {r + 1} local disk cold {references['local disk, cold'][-1]:8.0f} files/s, "
-                  f"tmpfs {references['tmpfs'][-1]:8.0f} files/s", flush=True)
+            line = f"round {r + 1} local disk cold {references['local disk, cold'][-1]:8.0f} files/s"
+            if with_tmpfs:
+                # Copied for each round and removed before epochfs runs: its memory
+                # would otherwise sit beside every row.
+                shutil.copytree(src, tmpfs)
+                reference_epoch(tmpfs, paths, crcs, args, 1000 * r + 1, cold=False)
+                references["tmpfs"].append(
+                    reference_epoch(tmpfs, paths, crcs, args, 1000 * r + 2, cold=False))
+                shutil.rmtree(tmpfs)
+                line += f", tmpfs {references['tmpfs'][-1]:8.0f} files/s"
+            print(line, flush=True)
             for row in args.rows:
                 for label, binary in binaries:
                     res = run_row(row, binary, src, mnt, cache, paths, crcs, data_bytes, args, r)
@@ -342,12 +362,11 @@ def main() -> int:
             line += (f"   {med['new']['us_per_file'] / med['base']['us_per_file']:12.2f}"
                      f"  {med['new']['files_per_s'] / med['base']['files_per_s']:15.2f}")
         print(line)
-    ref = {name: statistics.median(v) for name, v in references.items()}
-    print(f"\nwithout epochfs: local disk read cold {ref['local disk, cold']:.0f} files/s, "
-          f"tmpfs {ref['tmpfs']:.0f} files/s")
+    ref = {name: statistics.median(v) for name, v in references.items() if v}
+    print("\nwithout epochfs: " + ", ".join(f"{name} {v:.0f} files/s" for name, v in ref.items()))
     compare = {"restart": "local disk, cold", "warm": "tmpfs"}
     for row in args.rows:
-        if row in compare:
+        if compare.get(row) in ref:
             print(f"{row:<8} / {compare[row]:<17}" + "".join(
                 f"  {label} {summary[row][label]['files_per_s'] / ref[compare[row]]:.2f}x"
                 for label, _ in binaries))
@@ -364,9 +383,10 @@ def main() -> int:
     print("\nstatus counters over the measured epoch, last round:")
     for row in args.rows:
         for label, _ in binaries:
-            counters = results[row][label][-1]["counters"]
-            print(f"  {row:<8} {label:<5} " + ", ".join(
-                f"{k} {counters[k]:.0f}" for k in STATUS_KEYS if k in counters))
+            last = results[row][label][-1]
+            shown = {k: last["after"][k] if k in GAUGES else last["deltas"][k]
+                     for k in STATUS_KEYS if k in last["deltas"]}
+            print(f"  {row:<8} {label:<5} " + ", ".join(f"{k} {v:.0f}" for k, v in shown.items()))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"params": vars(args), "data_bytes": data_bytes, "rounds": results,

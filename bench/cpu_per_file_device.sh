@@ -21,7 +21,7 @@ export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:$deps/lib/x86_64-linux-gnu
 for spec in "4 3" "14 2"; do
   set -- $spec
   t=$SECONDS
-  timeout 200 python3 bench/cpu_per_file.py --epochfs "$bin/epochfs-new" --baseline "$bin/epochfs-base" \
+  timeout -s INT -k 20 200 python3 bench/cpu_per_file.py --epochfs "$bin/epochfs-new" --baseline "$bin/epochfs-base" \
     --files "${FILES:-6000}" --readers "$1" --rounds "$2" --rows warm restart --out "$out/cpu_per_file_r$1.json" \
     > "$out/cpu_per_file_r$1.log" 2>&1
   echo "== $1 readers, $2 rounds: exit $? after $((SECONDS - t)) s"

@@ -113,9 +113,10 @@ std::chrono::milliseconds PlanResolveBudget() {
 MemoryPlan PlanMemory(uint64_t ram) {
   MemoryPlan plan;
   plan.write_queue = std::clamp<uint64_t>(ram / 8, 4ull << 20, 64ull << 20);
-  // Up to 32 MB: the prefetch threads' streamed batches (64 files, about 8 MB of runs
-  // at ~110 KB a file) all fit at once, so none waits for another's pushes to end
-  // before its reads start (docs/benchmarks.md, "Figures behind design choices").
+  // Up to 32 MB: a streamed batch (64 files, about 8 MB of runs at ~110 KB a file)
+  // holds its share of these buffers while its files are pushed, and with 16 MB only
+  // two prefetch threads' batches fit at once: the others' reads waited for those
+  // pushes (docs/benchmarks.md, "Figures behind design choices").
   plan.stream_buffers = std::clamp<uint64_t>(ram / 16, 1ull << 20, 32ull << 20);
   // Per-file bookkeeping grows with the data set, not with the bytes cached: 300,000
   // small files cost the prefetcher more than a 64M RAM tier holds. It gets its own
