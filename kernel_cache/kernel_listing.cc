@@ -19,12 +19,15 @@ KernelListing::KernelListing(std::filesystem::path mountpoint, std::vector<std::
                              uint64_t max_entries)
     : mountpoint_(std::move(mountpoint)),
       folders_(std::move(folders)),
-      max_entries_(max_entries),
-      thread_([this] { Run(); }) {}
+      max_entries_(max_entries) {
+  const size_t threads = std::min(kThreads, folders_.size());
+  running_.store(threads);
+  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
 
 KernelListing::~KernelListing() {
   Stop();
-  thread_.join();
+  for (std::thread& thread : threads_) thread.join();
 }
 
 std::vector<std::string> KernelListing::FoldersOf(const std::vector<std::string>& paths) {
@@ -43,9 +46,13 @@ void KernelListing::Run() {
   NameThisThread("kernel-listing");
   // getdents64 straight: readdir() would add nothing but a buffer of its own.
   alignas(8) char buf[64 * 1024];
-  uint64_t listed = 0, entries = 0;
-  for (const std::string& folder : folders_) {
-    if (stop_.load(std::memory_order_relaxed) || entries >= max_entries_) break;
+  while (true) {
+    const size_t index = next_.fetch_add(1, std::memory_order_relaxed);
+    if (index >= folders_.size() || stop_.load(std::memory_order_relaxed) ||
+        entries_.load(std::memory_order_relaxed) >= max_entries_) {
+      break;
+    }
+    const std::string& folder = folders_[index];
     const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
     UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd) {
@@ -56,15 +63,19 @@ void KernelListing::Run() {
     while (!stop_.load(std::memory_order_relaxed)) {
       const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
       if (n <= 0) break;  // the end, or an error (the connection went): next folder
+      uint64_t entries = 0;
       for (long at = 0; at < n; ++entries) {
         at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
       }
+      entries_.fetch_add(entries, std::memory_order_relaxed);
     }
-    ++listed;
+    listed_.fetch_add(1, std::memory_order_relaxed);
   }
-  spdlog::info("listed {} recorded folders ({} entries) so that pushes can start before the "
-               "first open",
-               listed, entries);
+  if (running_.fetch_sub(1) == 1) {
+    spdlog::info("listed {} recorded folders ({} entries) so that pushes can start before the "
+                 "first open",
+                 listed_.load(), entries_.load());
+  }
 }
 
 }  // namespace epochfs::kernel_cache

@@ -12,15 +12,18 @@
 // FORGET, and that file is then read as before: nothing is served from the listing).
 //
 // The mount is over the source folder, so the daemon reaches it by path like any
-// reader, from a thread of its own (a FUSE worker answers each READDIRPLUS). One folder
-// at a time: while one is open a plain umount(2) fails with EBUSY (`epochfs umount`
-// retries for a moment).
+// reader, from threads of its own (a FUSE worker answers each READDIRPLUS). A few
+// folders at a time: each READDIRPLUS waits for the source's metadata, cold after a
+// reboot, and the stream that starts at mount pushes only files whose folder was listed
+// (the others wait in RAM for a retry). While a folder is open a plain umount(2) fails
+// with EBUSY (`epochfs umount` retries for a moment).
 //
 // Thread-safety: construct, Stop() and destroy on one thread; the listing runs on a
 // thread of its own.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -36,6 +39,9 @@ class KernelListing {
   // inode: about 1.5 KiB).
   KernelListing(std::filesystem::path mountpoint, std::vector<std::string> folders,
                 uint64_t max_entries);
+  // Folders listed at once.
+  static constexpr size_t kThreads = 4;
+
   // Stops and joins. A listing blocked in a READDIRPLUS that no FUSE worker will answer
   // any more returns once the session's connection is closed: destroy this after the
   // session (Stop() before it ends).
@@ -45,6 +51,13 @@ class KernelListing {
 
   // No folder is opened after this; returns at once.
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
+
+  // Whether every thread is done; the folders listed and the entries seen so far. Each
+  // thread checks `max_entries` before it opens a folder, so the entries may pass it
+  // by up to kThreads folders' worth.
+  bool done() const { return running_.load() == 0; }
+  uint64_t folders_listed() const { return listed_.load(); }
+  uint64_t entries_seen() const { return entries_.load(); }
 
   // The distinct folders of `paths` (relative file paths; "" for the root), sorted.
   static std::vector<std::string> FoldersOf(const std::vector<std::string>& paths);
@@ -56,7 +69,10 @@ class KernelListing {
   const std::vector<std::string> folders_;
   const uint64_t max_entries_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;  // last: started when everything above is ready
+  std::atomic<size_t> next_{0};  // the next folder of folders_ a thread takes
+  std::atomic<uint64_t> listed_{0}, entries_{0};
+  std::atomic<size_t> running_{0};  // threads still listing: the last one logs
+  std::vector<std::thread> threads_;  // last: started when everything above is ready
 };
 
 }  // namespace epochfs::kernel_cache
