@@ -148,10 +148,16 @@ def status_counters(status: dict) -> dict[str, float]:
     return flat
 
 
+def read_stat(path: str) -> tuple[str, float]:
+    """A /proc stat file's command name and its utime + stime in seconds."""
+    with open(path) as f:
+        head, tail = f.read().rsplit(")", 1)
+    fields = tail.split()
+    return head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return read_stat(f"/proc/{pid}/stat")[1]
 
 
 class ThreadSampler:
@@ -189,11 +195,8 @@ class ThreadSampler:
             return
         for tid in tids:
             try:
-                with open(f"{task_dir}/{tid}/stat") as f:
-                    head, tail = f.read().rsplit(")", 1)
-                name = re.sub(r"-\d+$", "", head.split("(", 1)[1])
-                fields = tail.split()
-                cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                comm, cpu = read_stat(f"{task_dir}/{tid}/stat")
+                name = re.sub(r"-\d+$", "", comm)
             except (OSError, ValueError, IndexError):  # the thread exited while we looked
                 continue
             if at_start:
