@@ -50,7 +50,11 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
       inode->parent = parent;
       inode->name = name;
     }
-    NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
+    // While the mount changes the file, the kernel applies that change itself once it
+    // ends and discards this reply (its request was sent before): no news.
+    if (inode->changes_in_flight.load() == 0) {
+      NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
+    }
     return inode;
   }
   auto inode = std::make_shared<Inode>();
@@ -233,24 +237,53 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
 }
 
 void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) {
-  // The newest by ctime. The kernel may still have discarded this reply, if a reply it
-  // had sent later was applied first (its attribute version); the LOOKUP an ESTALE
-  // forces comes right before the retried OPEN, the same window a LOOKUP per open had.
-  if (!inode.kernel_attr_id || id.ctime_ns >= inode.kernel_attr_id->ctime_ns) {
-    inode.kernel_attr_id = id;
+  using KernelAttrs = Inode::KernelAttrs;
+  switch (inode.kernel_attrs) {
+    case KernelAttrs::kNone:
+    case KernelAttrs::kDropped:
+      inode.kernel_attrs = KernelAttrs::kOne;
+      inode.kernel_attr_id = id;
+      break;
+    case KernelAttrs::kOne:
+      if (!(inode.kernel_attr_id == id)) inode.kernel_attrs = KernelAttrs::kMixed;
+      break;
+    case KernelAttrs::kMixed:
+      break;
   }
+}
+
+void InodeTable::NoteKernelAttrs(Inode& inode, const cache::SourceIdentity& id,
+                                 Observation seen) {
+  MutexLock lock(mutex_);
+  if (Overlapped(inode, seen)) return;
+  NoteKernelAttrsLocked(inode, id);
+}
+
+void InodeTable::DropKernelAttrs(Inode& inode) {
+  MutexLock lock(mutex_);
+  inode.kernel_attrs = Inode::KernelAttrs::kDropped;
 }
 
 bool InodeTable::KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
                                  Observation seen) const {
   MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return true;  // the kernel follows the mount's changes
-  if (!inode.kernel_attr_id) return false;
-  return *inode.kernel_attr_id == id || id.ctime_ns < inode.kernel_attr_id->ctime_ns;
+  switch (inode.kernel_attrs) {
+    case Inode::KernelAttrs::kDropped:
+      return true;
+    case Inode::KernelAttrs::kOne:
+      // An identity older than the kernel's: the file changed after this observation.
+      return inode.kernel_attr_id == id || id.ctime_ns < inode.kernel_attr_id.ctime_ns;
+    case Inode::KernelAttrs::kNone:
+    case Inode::KernelAttrs::kMixed:
+      return false;
+  }
+  return false;
 }
 
 std::optional<cache::SourceIdentity> InodeTable::KernelAttrId(const Inode& inode) const {
   MutexLock lock(mutex_);
+  if (inode.kernel_attrs != Inode::KernelAttrs::kOne) return std::nullopt;
   return inode.kernel_attr_id;
 }
 
@@ -284,8 +317,18 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
     inode.kernel_cache_id_written = true;
     RememberMadeLocked(DevIno{inode.dev, inode.ino}, *made, now);
   }
-  if (made && (!inode.kernel_attr_id || made->ctime_ns >= inode.kernel_attr_id->ctime_ns)) {
-    inode.kernel_attr_id = made;
+  // The kernel discards the replies to requests sent before its own write or truncate
+  // (which ends after this), so the result is what it shows. One newer than it (a
+  // concurrent change of the mount's that ended first, or a reply computed since) may be
+  // the kernel's too.
+  if (made) {
+    if (inode.kernel_attrs == Inode::KernelAttrs::kOne &&
+        made->ctime_ns < inode.kernel_attr_id.ctime_ns) {
+      if (!(inode.kernel_attr_id == *made)) inode.kernel_attrs = Inode::KernelAttrs::kMixed;
+    } else {
+      inode.kernel_attrs = Inode::KernelAttrs::kOne;
+      inode.kernel_attr_id = *made;
+    }
   }
   inode.changes_made.fetch_add(1);
 }

@@ -83,14 +83,21 @@ struct Inode {
   std::optional<cache::SourceIdentity> kernel_cache_id;
   int64_t kernel_cache_id_at_ns = 0;  // wall clock when kernel_cache_id was recorded
   bool kernel_cache_id_written = false;  // left by a MountChange
-  // Identity of the source file as the last LOOKUP (or CREATE) reply for this node
-  // showed it, or a change by the mount left it (the kernel follows the sizes of its
-  // own writes). In "open" mode the kernel keeps names and attributes between opens; an
-  // open that finds the file changed since makes the kernel look it up again first
-  // (SourceFs::Open), so that nothing is read with an older file's size. GETATTR
-  // replies are not counted: the kernel drops a reply that raced a newer one (its
-  // attribute version), so only the LOOKUP the open itself forces is trusted.
-  std::optional<cache::SourceIdentity> kernel_attr_id;
+  // What the kernel's attributes of this node may show. In "open" mode the kernel keeps
+  // names and attributes between opens; an open that finds the file changed since makes
+  // the kernel look it up again first (SourceFs::Open), so that nothing is read with an
+  // older file's size. Every reply that carries attributes counts (LOOKUP, CREATE,
+  // READDIRPLUS, GETATTR, and a short READ, which tells the kernel where the file ends):
+  // the kernel applies them in an order of its own, discarding a reply to a request sent
+  // before another reply was applied, so the one it keeps may be the one computed first.
+  // kOne: every reply since the last drop showed `kernel_attr_id`. kMixed: they
+  // disagreed. kDropped: the kernel's attributes were dropped (InvalidateInode) and no
+  // reply has been sent since; the kernel asks again before it uses them. A change by the
+  // mount leaves kOne with its result: the kernel follows its own writes and truncates,
+  // and discards the replies to requests sent before them.
+  enum class KernelAttrs : uint8_t { kNone, kDropped, kOne, kMixed };
+  KernelAttrs kernel_attrs = KernelAttrs::kNone;
+  cache::SourceIdentity kernel_attr_id;  // with kOne
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
   KernelPagesRecord kernel_pages;
@@ -191,12 +198,24 @@ class InodeTable {
   bool KernelHasRead(const Inode& inode) const;
 
   // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)
-  // says, or a newer state the mount made itself: then the size it reads with is right.
+  // says, or a newer state, or are dropped (the kernel asks before it uses them): then
+  // the size it reads with is right. False when replies that may still be the kernel's
+  // disagree (see Inode::kernel_attrs).
   bool KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
                        Observation seen) const;
-  // The identity the kernel's attributes of `inode` show (its last LOOKUP or CREATE
-  // reply, or the mount's own change), if any.
+  // The identity the kernel's attributes of `inode` show, if every reply since their
+  // last drop (or the mount's own change) agrees on one.
   std::optional<cache::SourceIdentity> KernelAttrId(const Inode& inode) const;
+  // Records a reply about to be sent that carries attributes of `inode` as `id` (observed
+  // as `seen`) shows them (Remember records LOOKUP, CREATE and READDIRPLUS replies
+  // itself). A reply whose observation overlapped a change by the mount is no news: the
+  // kernel applies its own write or truncate after that change ends, and discards the
+  // replies to requests sent before.
+  void NoteKernelAttrs(Inode& inode, const cache::SourceIdentity& id, Observation seen);
+  // Records that the kernel's attributes of `inode` are about to be dropped: call it
+  // before InvalidateInode, so that every reply computed after the drop counts (a reply
+  // computed before it answers a request sent before it, which the kernel discards).
+  void DropKernelAttrs(Inode& inode);
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead (the kernel retries only once), and
   // nothing drops the node's attributes (RelookupPending).
@@ -258,7 +277,6 @@ class InodeTable {
   static constexpr int64_t kMadeMemoryNs = 1'000'000'000;  // well past cache::kRacilyCleanNs
   void RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id, int64_t now)
       REQUIRES(mutex_);
-  // Records that a LOOKUP or CREATE reply for `inode` carries `id` (Remember).
   void NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) REQUIRES(mutex_);
 
   std::atomic<bool> pin_forgotten_{false};     // SetPinForgotten

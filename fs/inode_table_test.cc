@@ -61,14 +61,57 @@ TEST(InodeTable, ANodeIsFoundWithTheAttributesItsReplyCarries) {
   auto a = table.Remember(table.root(), "a", st, UniqueFd());
   const auto id = cache::SourceIdentity::FromStat(st);
   EXPECT_TRUE(table.KernelAttrsShow(*a, id, InodeTable::Observe(*a)));
-  // Found again with a newer state: the new reply's attributes are the kernel's.
-  st.st_size = 8192;
+  EXPECT_EQ(table.KernelAttrId(*a), id);
+  // Found again as it was: the kernel shows it whichever reply it kept.
+  table.Remember(table.root(), "a", st, UniqueFd());
+  EXPECT_TRUE(table.KernelAttrsShow(*a, id, InodeTable::Observe(*a)));
+}
+
+// The kernel applies attribute replies in an order of its own: it discards a reply to a
+// request sent before another reply was applied, so of two replies the one computed
+// first may be the one it keeps (the torture test once read a file at a size from before
+// an append that a later LOOKUP had reported). Replies that disagree leave what the
+// kernel shows unknown until its attributes are dropped; after the drop it asks again
+// before it uses a size, and the replies from then on count.
+TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) {
+  InodeTable table = MakeTable();
+  struct ::stat st = FakeStat(1, 100, S_IFREG);
+  st.st_size = 4096;
+  st.st_ctim = {10, 0};
+  auto a = table.Remember(table.root(), "a", st, UniqueFd());
+  const auto before = cache::SourceIdentity::FromStat(st);
+  st.st_size = 8192;  // appended underneath
   st.st_ctim = {11, 0};
-  auto again = table.Remember(table.root(), "a", st, UniqueFd());
-  ASSERT_EQ(again.get(), a.get());
-  EXPECT_TRUE(
-      table.KernelAttrsShow(*a, cache::SourceIdentity::FromStat(st), InodeTable::Observe(*a)));
-  EXPECT_TRUE(table.KernelAttrsShow(*a, id, InodeTable::Observe(*a)));  // older: its ctime
+  const auto after = cache::SourceIdentity::FromStat(st);
+  ASSERT_EQ(table.Remember(table.root(), "a", st, UniqueFd()).get(), a.get());
+  EXPECT_FALSE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
+  EXPECT_FALSE(table.KernelAttrsShow(*a, before, InodeTable::Observe(*a)));
+  EXPECT_EQ(table.KernelAttrId(*a), std::nullopt);
+
+  table.DropKernelAttrs(*a);
+  EXPECT_TRUE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
+  EXPECT_EQ(table.KernelAttrId(*a), std::nullopt);  // no size to push by
+  table.NoteKernelAttrs(*a, after, InodeTable::Observe(*a));  // the relookup's reply, or a GETATTR's
+  EXPECT_TRUE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
+  EXPECT_TRUE(table.KernelAttrsShow(*a, before, InodeTable::Observe(*a)));  // older: its ctime
+  EXPECT_EQ(table.KernelAttrId(*a), after);
+
+  // A GETATTR (or a short READ) computed before the change, answered after the drop.
+  table.NoteKernelAttrs(*a, before, InodeTable::Observe(*a));
+  EXPECT_FALSE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
+
+  // The mount's own change: the kernel follows it, and discards every reply sent before.
+  st.st_size = 100;
+  st.st_ctim = {12, 0};
+  const auto truncated = cache::SourceIdentity::FromStat(st);
+  const auto seen_before_the_change = InodeTable::Observe(*a);
+  MountChange(table, a.get()).Made(truncated);
+  EXPECT_TRUE(table.KernelAttrsShow(*a, truncated, InodeTable::Observe(*a)));
+  EXPECT_EQ(table.KernelAttrId(*a), truncated);
+  // A reply stat'ed before that change ended answers a request the kernel sent before
+  // its own truncate, and loses to it: no news.
+  table.NoteKernelAttrs(*a, after, seen_before_the_change);
+  EXPECT_EQ(table.KernelAttrId(*a), truncated);
 }
 
 TEST(InodeTable, RootIsNeverForgotten) {

@@ -228,23 +228,39 @@ void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
 }
 
 Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
-  if (fh && !fh->holds_fd() && fh->inode()->path_fd) {
-    return StatFd(fh->inode()->path_fd.get());  // the same inode, with no open of it
+  std::shared_ptr<Inode> inode;
+  if (fh) {
+    inode = fh->inode();
+  } else {
+    auto found = FindInode(nodeid);
+    if (!found.ok()) return found.status();
+    inode = std::move(*found);
+  }
+  const auto seen = InodeTable::Observe(*inode);
+  auto st = StatForReply(*inode, fh);
+  // The reply's attributes may be the ones the kernel keeps (InodeTable::KernelAttrsShow).
+  if (st.ok() && !inode->is_dir) {
+    inodes_.NoteKernelAttrs(*inode, cache::SourceIdentity::FromStat(*st), seen);
+  }
+  return st;
+}
+
+Result<struct ::stat> SourceFs::StatForReply(const Inode& inode, FileHandle* fh) {
+  if (fh && !fh->holds_fd() && inode.path_fd) {
+    return StatFd(inode.path_fd.get());  // the same inode, with no open of it
   }
   if (fh) {
     auto fd = fh->Fd();
     if (!fd.ok()) return fd.status();
     return StatFd(fd->get());
   }
-  auto inode = FindInode(nodeid);
-  if (!inode.ok()) return inode.status();
-  if ((*inode)->is_dir) return StatFd((*inode)->path_fd.get());
+  if (inode.is_dir) return StatFd(inode.path_fd.get());
   // FUSE sends fstat() without a file handle: an open file is asked about its inode.
-  if ((*inode)->open_handles.load() > 0 && (*inode)->path_fd) {
-    return StatFd((*inode)->path_fd.get());
+  if (inode.open_handles.load() > 0 && inode.path_fd) {
+    return StatFd(inode.path_fd.get());
   }
   struct ::stat st {};
-  auto loc = Resolve(**inode, &st);
+  auto loc = Resolve(inode, &st);
   if (!loc.ok()) return loc.status();
   return st;
 }
@@ -526,7 +542,10 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     if (inodes_.MayAskRelookup(**inode)) {
       // Dropped first: a reply still in flight with older attributes is then refused
       // by the kernel (the drop moves its attribute version on).
-      if (Invalidator* kernel = kernel_.load()) kernel->InvalidateInode(nodeid);
+      if (Invalidator* kernel = kernel_.load()) {
+        inodes_.DropKernelAttrs(**inode);
+        kernel->InvalidateInode(nodeid);
+      }
       open_relookups_.fetch_add(1, std::memory_order_relaxed);
       return Status::Stale(fmt::format("node {}: changed since the kernel's attributes",
                                        nodeid));
@@ -534,9 +553,8 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // Changed again right after that LOOKUP, or another opener's LOOKUP is still on its
     // way: this open reads past any cached size, from the daemon (a direct I/O read is
     // not clamped to i_size). No drop of the attributes here: it would move their version
-    // on, and the kernel would discard the reply to the LOOKUP the ESTALE asked for,
-    // which the daemon then believes applied (an open that trusted it read a file
-    // truncated underneath at its old size).
+    // on, and the kernel would discard the reply to the LOOKUP the ESTALE asked for
+    // (and ask again at its next use: a round trip more).
     result.direct_io = true;
     open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -554,6 +572,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
       // Dropped now (attributes and pages), while the lock holds other opens back: an
       // open that raced this one and found the new identity already recorded would
       // otherwise keep the old pages until this opener's reply dropped them.
+      inodes_.DropKernelAttrs(**inode);
       kernel->InvalidateInode(nodeid);
       result.keep_cache = true;
     }
@@ -615,6 +634,7 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
     lease.emplace(std::move(*fd));
   }
   const int stat_fd = lease ? lease->get() : path_fd;
+  const auto seen = InodeTable::Observe(*fh.inode());
   // The kernel's page cache is one per file, shared by every open: a read for an
   // open that predates a change must fill it with the file as it is now, not with
   // cached bytes of the identity that open saw (and a read past the size it saw must
@@ -636,6 +656,9 @@ Result<cache::ReadBuffer> SourceFs::Read(FileHandle& fh, uint64_t offset, size_t
   if (data.ok()) {
     const cache::SourceIdentity& now = file.id;  // grown meanwhile: as read
     if (now != fh.identity()) fh.set_identity(now);
+    if (data->size < size && fh.reads_fill_page_cache()) {
+      inodes_.NoteKernelAttrs(*fh.inode(), now, seen);  // the kernel takes the end from it
+    }
     if (SourceObserver* observer = observer_.load(); observer && fh.reads_fill_page_cache()) {
       observer->ReadAnswered(*fh.inode(), offset, data->size, now);
     }
@@ -716,9 +739,11 @@ Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
   const auto seen = InodeTable::Observe(**inode);
-  auto st = (*inode)->path_fd ? StatFd((*inode)->path_fd.get()) : GetAttr(nodeid, nullptr);
+  auto st = (*inode)->path_fd ? StatFd((*inode)->path_fd.get()) : StatForReply(**inode, nullptr);
   if (st.ok() && !(*inode)->is_dir) {
-    CheckKernelCache(**inode, cache::SourceIdentity::FromStat(*st), seen);
+    const auto id = cache::SourceIdentity::FromStat(*st);
+    inodes_.NoteKernelAttrs(**inode, id, seen);
+    CheckKernelCache(**inode, id, seen);
   }
   return st;
 }
@@ -773,6 +798,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   NoteDemandRead(node, offset);
   auto data = ReadToCurrentEnd(file, stat_fd, offset, size);
   if (data.ok()) {
+    if (data->size < size) inodes_.NoteKernelAttrs(**inode, file.id, seen);  // the file's end
     CheckKernelCache(**inode, file.id, seen);
     if (SourceObserver* observer = observer_.load()) {
       observer->ReadAnswered(**inode, offset, data->size, file.id);

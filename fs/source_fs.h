@@ -267,6 +267,8 @@ class SourceFs {
   std::optional<cache::SourceIdentity> IdentityNow(const Inode& inode) const;
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
   Result<std::pair<UniqueFd, cache::SourceIdentity>> ReopenNode(const Inode& inode, int flags);
+  // The attributes a GETATTR reply gives: of the handle's inode, or the node's.
+  Result<struct ::stat> StatForReply(const Inode& inode, FileHandle* fh);
   // Reads through the cache, as of `file.id` (updated if the file grew meanwhile, as
   // `stat_fd`, an fd of the same inode, shows).
   Result<cache::ReadBuffer> ReadToCurrentEnd(cache::SourceFile& file, int stat_fd, uint64_t offset,
