@@ -186,6 +186,7 @@ int64_t ChangeWatcher::DropDueNodes() {
     spdlog::debug("dropping the kernel's cache of node {}, as an identity check asked",
                   nodeid);
     identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+    if (std::shared_ptr<Inode> node = table_.Find(nodeid)) table_.DropKernelAttrs(*node);
     invalidator_.InvalidateInode(nodeid);
   }
   return next_due_ns;
@@ -226,6 +227,7 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
       spdlog::debug("dropping the kernel's cache of node {} (source inode {}, '{}'): changed "
                     "underneath, size now {}",
                     node->nodeid, node->ino, name, st.st_size);
+      table_.DropKernelAttrs(*node);
       invalidator_.InvalidateInode(node->nodeid);
     }
   }

@@ -259,7 +259,7 @@ void InodeTable::NoteKernelAttrs(Inode& inode, const cache::SourceIdentity& id,
   NoteKernelAttrsLocked(inode, id);
 }
 
-void InodeTable::DropKernelAttrs(Inode& inode) {
+void InodeTable::DropKernelAttrs(Inode& inode) const {
   MutexLock lock(mutex_);
   inode.kernel_attrs = Inode::KernelAttrs::kDropped;
 }

@@ -215,7 +215,7 @@ class InodeTable {
   // Records that the kernel's attributes of `inode` are about to be dropped: call it
   // before InvalidateInode, so that every reply computed after the drop counts (a reply
   // computed before it answers a request sent before it, which the kernel discards).
-  void DropKernelAttrs(Inode& inode);
+  void DropKernelAttrs(Inode& inode) const;
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead (the kernel retries only once), and
   // nothing drops the node's attributes (RelookupPending).

@@ -539,7 +539,11 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
     // would read with that size. ESTALE makes it look the name up again (the VFS
     // retries an open once, with LOOKUP_REVAL) and open anew with fresh attributes.
-    if (inodes_.MayAskRelookup(**inode)) {
+    const bool relookup = inodes_.MayAskRelookup(**inode);
+    spdlog::debug("open of node {} (source inode {}, {} bytes): the kernel's attributes may "
+                  "show another state; {}",
+                  nodeid, id.ino, id.size, relookup ? "it looks the name up again" : "direct I/O");
+    if (relookup) {
       // Dropped first: a reply still in flight with older attributes is then refused
       // by the kernel (the drop moves its attribute version on).
       if (Invalidator* kernel = kernel_.load()) {

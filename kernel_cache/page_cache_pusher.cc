@@ -83,6 +83,7 @@ bool PageCachePusher::MayStore(fs::Inode& node, const cache::SourceIdentity& fil
     case fs::InodeTable::CacheMatch::kRecent:
       // The kernel's pages are of an older file: they go before these come (we are not
       // inside a request, so the kernel may be told here).
+      inodes_->DropKernelAttrs(node);
       invalidator_->InvalidateInode(node.nodeid);
       return true;
   }
@@ -170,6 +171,7 @@ PushResult PageCachePusher::StoreChecked(fs::Inode& node, const cache::SourceIde
     Result<cache::SourceIdentity> now = StatNow(node);
     if (after.during_change || after.changes_made != seen.changes_made || !now.ok() ||
         !(*now == file)) {
+      inodes_->DropKernelAttrs(node);
       invalidator_->InvalidateInode(nodeid);
       cache_->Invalidate(file.dev, file.ino);
       dropped_after_.fetch_add(1, std::memory_order_relaxed);
