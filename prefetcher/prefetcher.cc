@@ -70,6 +70,10 @@ constexpr auto kRecordPeriod = std::chrono::seconds(30);
 // re-measured every kRatePeriod and smoothed.
 constexpr double kLeadSeconds = 1.0;
 constexpr uint32_t kMinWindow = 16;
+// A replayed last epoch predicts a replay while this epoch's reads lie within this many
+// files of the start of its order beyond the reads so far (several readers interleave
+// slices of one order, as the classifier's window allows).
+constexpr uint64_t kReplayPredictionSlack = 64;
 // What a batch of readahead takes from being taken to being pushed (stats, a pack read,
 // checksums, stores): the files the reader reads in that time are left to it when
 // readahead is behind (NextInOrderLocked).
@@ -158,10 +162,17 @@ class PrefetcherImpl final : public Prefetcher {
   Pattern PatternLocked() const REQUIRES(mu_) {
     if (!plan_.empty()) return Pattern::kPublished;
     const Pattern pattern = classifier_.pattern();
-    // Until the classifier has seen enough of this epoch, a shuffled last epoch predicts
-    // a shuffled one: readahead starts at once instead of bursting once it is sure.
-    if (pattern == Pattern::kUnknown && previous_pattern_ == Pattern::kShuffled) {
-      return Pattern::kShuffled;
+    // Until the classifier has seen enough of this epoch, the last epoch's pattern
+    // predicts it: readahead starts at once instead of bursting once it is sure (or, for
+    // a replay, leaving the epoch's first files to demand reads). A replay only while
+    // this epoch's reads stay near the start of the last epoch's order: the first reads
+    // of a shuffle jump far into it.
+    if (pattern == Pattern::kUnknown) {
+      if (previous_pattern_ == Pattern::kShuffled) return Pattern::kShuffled;
+      if (previous_pattern_ == Pattern::kReplay &&
+          replay_cursor_ < classifier_.accesses() + kReplayPredictionSlack) {
+        return Pattern::kReplay;
+      }
     }
     return pattern;
   }

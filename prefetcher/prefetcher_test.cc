@@ -112,6 +112,39 @@ TEST(Prefetcher, AShuffledEpochPredictsTheNextOneUntilTheClassifierKnows) {
   EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
 }
 
+// A replayed last epoch predicts a replay while the new epoch's first reads follow its
+// order, so that readahead need not leave those first 128 files to demand reads; a new
+// epoch that starts elsewhere in that order predicts nothing.
+TEST(Prefetcher, AReplayedEpochPredictsTheNextOneWhileItsReadsFollowTheOrder) {
+  auto p = Tracker();
+  const uint32_t n = 600;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(8));
+  for (uint32_t pass = 0; pass < 2; ++pass) {
+    for (uint32_t i : order) Access(*p, i);
+  }
+  EXPECT_EQ(p->Stats().epoch, 1u);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
+  // Epoch 2, the same order again: predicted from its first read on.
+  for (uint32_t k = 0; k < 10; ++k) {
+    Access(*p, order[k]);
+    EXPECT_EQ(p->Stats().pattern, Pattern::kReplay) << "read " << k;
+  }
+  EXPECT_EQ(p->Stats().epoch, 2u);
+  for (uint32_t k = 10; k < n; ++k) Access(*p, order[k]);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
+  // Epoch 3 reshuffled: its reads jump far into the last order, and nothing is predicted
+  // until the classifier knows.
+  std::vector<uint32_t> reshuffled = order;
+  std::shuffle(reshuffled.begin(), reshuffled.end(), std::mt19937(9));
+  for (uint32_t k = 0; k < 10; ++k) Access(*p, reshuffled[k]);
+  EXPECT_EQ(p->Stats().epoch, 3u);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kUnknown);
+  for (uint32_t k = 10; k < n; ++k) Access(*p, reshuffled[k]);
+  EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
+}
+
 // The ordered patterns' window follows the reader: about a second of its consumption,
 // at least 16 files, at most the lookahead (256).
 TEST(Prefetcher, ReadaheadWindowFollowsTheReadersRate) {
