@@ -128,7 +128,8 @@ class Bench:
 
     def order(self, epoch):
         order = self.names[:]
-        random.Random(self.args.seed * 1000 + epoch).shuffle(order)
+        # --fixed-order: every epoch reads the first epoch's shuffle again (a replay).
+        random.Random(self.args.seed * 1000 + (0 if self.args.fixed_order else epoch)).shuffle(order)
         return order
 
     # ------------------------------------------------------------ epochfs mounts
@@ -424,6 +425,8 @@ def parse_args(argv=None):
     p.add_argument("--seq-files", type=int, default=0, help="files in the sequential part (0: all)")
     p.add_argument("--seq-repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fixed-order", action="store_true",
+                   help="every epoch reads the same shuffled order (a replay)")
     p.add_argument("--epochfs-arg", action="append", default=[],
                    help="an extra argument for the cache-fraction mounts (repeatable)")
     p.add_argument("--quick", action="store_true", help="1500 files, 3 epochs, c = 0.5 only")

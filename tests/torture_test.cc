@@ -317,6 +317,14 @@ TEST_P(TortureTest, ConcurrentWritersAndReadersLoseNothingAndSeeNothingWrong) {
     children.push_back({pid, report_path});
   };
   constexpr int kOwners = 3;
+  // Every file exists before anyone reads. A reader that looked a name up before owner 2
+  // made it underneath would leave the kernel a negative entry (kept 1 s), and that
+  // owner's first checks would find no file (seen beside two CPU-bound loops).
+  for (int o = 0; o < kOwners; o++) {
+    for (int f = 0; f < kFilesPerOwner; f++) {
+      WriteFile((o == 2 ? src_ : mnt_) / Owner::FileName(o, f), "");
+    }
+  }
   for (int o = 0; o < kOwners; o++) {
     const bool underneath = o == 2;
     spawn("owner" + std::to_string(o), [&, o, underneath](Report& r) {
