@@ -245,7 +245,7 @@ void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity
       inode.kernel_attr_id = id;
       break;
     case KernelAttrs::kOne:
-      if (!(inode.kernel_attr_id == id)) inode.kernel_attrs = KernelAttrs::kMixed;
+      if (inode.kernel_attr_id != id) inode.kernel_attrs = KernelAttrs::kMixed;
       break;
     case KernelAttrs::kMixed:
       break;
@@ -324,7 +324,7 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
   if (made) {
     if (inode.kernel_attrs == Inode::KernelAttrs::kOne &&
         made->ctime_ns < inode.kernel_attr_id.ctime_ns) {
-      if (!(inode.kernel_attr_id == *made)) inode.kernel_attrs = Inode::KernelAttrs::kMixed;
+      inode.kernel_attrs = Inode::KernelAttrs::kMixed;
     } else {
       inode.kernel_attrs = Inode::KernelAttrs::kOne;
       inode.kernel_attr_id = *made;
