@@ -51,13 +51,19 @@ TEST(InodeTable, TwoRequestsForARenamedFilesNewNameShareOneNewNode) {
   EXPECT_EQ(table.LocationOf(*old_node).name, "old");  // the old node keeps its dead name
 }
 
+// A regular file (1, 100) of `size` bytes whose ctime is `ctime_s`.
+struct ::stat FileStat(off_t size, time_t ctime_s) {
+  struct ::stat st = FakeStat(1, 100, S_IFREG);
+  st.st_size = size;
+  st.st_ctim = {ctime_s, 0};
+  return st;
+}
+
 // A node is never found without the attributes its LOOKUP reply gives the kernel: a push
 // that found it in between was refused, for a file the kernel was about to know.
 TEST(InodeTable, ANodeIsFoundWithTheAttributesItsReplyCarries) {
   InodeTable table = MakeTable();
-  struct ::stat st = FakeStat(1, 100, S_IFREG);
-  st.st_size = 4096;
-  st.st_ctim = {10, 0};
+  const struct ::stat st = FileStat(4096, 10);
   auto a = table.Remember(table.root(), "a", st, UniqueFd());
   const auto id = cache::SourceIdentity::FromStat(st);
   EXPECT_TRUE(table.KernelAttrsShow(*a, id, InodeTable::Observe(*a)));
@@ -75,9 +81,7 @@ TEST(InodeTable, ANodeIsFoundWithTheAttributesItsReplyCarries) {
 // before it uses a size, and the replies from then on count.
 TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) {
   InodeTable table = MakeTable();
-  struct ::stat st = FakeStat(1, 100, S_IFREG);
-  st.st_size = 4096;
-  st.st_ctim = {10, 0};
+  struct ::stat st = FileStat(4096, 10);
   auto a = table.Remember(table.root(), "a", st, UniqueFd());
   const auto before = cache::SourceIdentity::FromStat(st);
   st.st_size = 8192;  // appended underneath
