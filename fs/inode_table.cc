@@ -50,8 +50,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
       inode->parent = parent;
       inode->name = name;
     }
-    // While the mount changes the file, the kernel applies that change itself once it
-    // ends and discards this reply (its request was sent before): no news.
+    // While the mount changes the file, this reply is no news (NoteKernelAttrs).
     if (inode->changes_in_flight.load() == 0) {
       NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
     }
@@ -243,9 +242,14 @@ void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity
     case KernelAttrs::kDropped:
       inode.kernel_attrs = KernelAttrs::kOne;
       inode.kernel_attr_id = id;
+      inode.kernel_attr_made = false;
       break;
     case KernelAttrs::kOne:
-      if (inode.kernel_attr_id != id) inode.kernel_attrs = KernelAttrs::kMixed;
+      if (inode.kernel_attr_id == id) break;
+      // Stat'ed before the mount's own write or SETATTR that is recorded: its request was
+      // sent before the kernel took that result, which it then discards or overrides.
+      if (inode.kernel_attr_made && id.ctime_ns < inode.kernel_attr_id.ctime_ns) break;
+      inode.kernel_attrs = KernelAttrs::kMixed;
       break;
     case KernelAttrs::kMixed:
       break;
@@ -269,16 +273,20 @@ bool InodeTable::KernelAttrsShow(const Inode& inode, const cache::SourceIdentity
   MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return true;  // the kernel follows the mount's changes
   switch (inode.kernel_attrs) {
-    case Inode::KernelAttrs::kDropped:
-      return true;
     case Inode::KernelAttrs::kOne:
       // An identity older than the kernel's: the file changed after this observation.
       return inode.kernel_attr_id == id || id.ctime_ns < inode.kernel_attr_id.ctime_ns;
     case Inode::KernelAttrs::kNone:
+    case Inode::KernelAttrs::kDropped:
     case Inode::KernelAttrs::kMixed:
       return false;
   }
   return false;
+}
+
+bool InodeTable::KernelAttrsDropped(const Inode& inode) const {
+  MutexLock lock(mutex_);
+  return inode.kernel_attrs == Inode::KernelAttrs::kDropped;
 }
 
 std::optional<cache::SourceIdentity> InodeTable::KernelAttrId(const Inode& inode) const {
@@ -303,7 +311,8 @@ bool InodeTable::MayAskRelookup(Inode& inode) {
   return true;
 }
 
-void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made) {
+void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made,
+                                KernelLearns learns) {
   // A write or truncate may leave a file larger than the pages the kernel holds.
   inode.kernel_pages.Dropped();
   const int64_t now = cache::WallClockNs();
@@ -317,17 +326,25 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
     inode.kernel_cache_id_written = true;
     RememberMadeLocked(DevIno{inode.dev, inode.ino}, *made, now);
   }
-  // The kernel discards the replies to requests sent before its own write or truncate
-  // (which ends after this), so the result is what it shows. One newer than it (a
-  // concurrent change of the mount's that ended first, or a reply computed since) may be
-  // the kernel's too.
-  if (made) {
+  if (made && learns == KernelLearns::kCtimeOnly) {
+    // The kernel keeps the size it showed: only a record of the same size and mtime (the
+    // file as it was, its ctime moved) stays right.
+    if (inode.kernel_attrs == Inode::KernelAttrs::kOne && made->size == inode.kernel_attr_id.size &&
+        made->mtime_ns == inode.kernel_attr_id.mtime_ns &&
+        made->ctime_ns >= inode.kernel_attr_id.ctime_ns) {
+      inode.kernel_attr_id = *made;
+    }
+  } else if (made) {
+    // The kernel takes the result itself once this ends, and discards the replies to
+    // requests sent before. One recorded newer than it (a concurrent change of the mount's
+    // that ended first, or a reply computed since) may be the kernel's too.
     if (inode.kernel_attrs == Inode::KernelAttrs::kOne &&
         made->ctime_ns < inode.kernel_attr_id.ctime_ns) {
       inode.kernel_attrs = Inode::KernelAttrs::kMixed;
     } else {
       inode.kernel_attrs = Inode::KernelAttrs::kOne;
       inode.kernel_attr_id = *made;
+      inode.kernel_attr_made = true;
     }
   }
   inode.changes_made.fetch_add(1);
@@ -345,14 +362,15 @@ void InodeTable::RememberMadeLocked(const DevIno& key, const cache::SourceIdenti
   made_recently_[key] = Made{id, now};
 }
 
-MountChange::MountChange(InodeTable& table, Inode* inode) : table_(table), inode_(inode) {
+MountChange::MountChange(InodeTable& table, Inode* inode, KernelLearns learns)
+    : table_(table), inode_(inode), learns_(learns) {
   if (inode_) inode_->changes_in_flight.fetch_add(1);
 }
 
 MountChange::~MountChange() {
   if (!inode_) return;
   // Counted as made before it stops being in flight: an observation never sees neither.
-  table_.EndMountChange(*inode_, made_);
+  table_.EndMountChange(*inode_, made_, learns_);
   inode_->changes_in_flight.fetch_sub(1);
 }
 

@@ -92,12 +92,14 @@ struct Inode {
   // before another reply was applied, so the one it keeps may be the one computed first.
   // kOne: every reply since the last drop showed `kernel_attr_id`. kMixed: they
   // disagreed. kDropped: the kernel's attributes were dropped (InvalidateInode) and no
-  // reply has been sent since; the kernel asks again before it uses them. A change by the
-  // mount leaves kOne with its result: the kernel follows its own writes and truncates,
-  // and discards the replies to requests sent before them.
+  // reply has been recorded since; one stat'ed before an open's check may still be
+  // recorded, and applied, after it, so nothing is trusted until one is. A change by the
+  // mount whose result the kernel takes (a write, a SETATTR) leaves kOne with that result
+  // (`kernel_attr_made`): it discards the replies to requests sent before.
   enum class KernelAttrs : uint8_t { kNone, kDropped, kOne, kMixed };
   KernelAttrs kernel_attrs = KernelAttrs::kNone;
   cache::SourceIdentity kernel_attr_id;  // with kOne
+  bool kernel_attr_made = false;         // kernel_attr_id is a change by the mount
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
   KernelPagesRecord kernel_pages;
@@ -109,6 +111,12 @@ struct Location {
   std::string name;
   int dir_fd() const { return parent->path_fd.get(); }
 };
+
+// What the kernel learns of the result of a change the mount makes (MountChange). A
+// write or a SETATTR gives it the file's new attributes itself (and it discards replies
+// to requests sent before); a new name, a removed one or an xattr only moves the ctime
+// it shows, and it keeps the size its attributes held.
+enum class KernelLearns { kResult, kCtimeOnly };
 
 class InodeTable {
  public:
@@ -198,23 +206,28 @@ class InodeTable {
   bool KernelHasRead(const Inode& inode) const;
 
   // Whether the kernel's attributes of `inode` show the file as `id` (observed as `seen`)
-  // says, or a newer state, or are dropped (the kernel asks before it uses them): then
-  // the size it reads with is right. False when replies that may still be the kernel's
-  // disagree (see Inode::kernel_attrs).
+  // says, or a newer state: then the size it reads with is right. False when replies
+  // that may still be the kernel's disagree, or none was recorded since a drop (see
+  // Inode::kernel_attrs).
   bool KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,
                        Observation seen) const;
+  // Whether the kernel's attributes of `inode` were dropped and no reply was recorded
+  // since (KernelAttrsShow is false then).
+  bool KernelAttrsDropped(const Inode& inode) const;
   // The identity the kernel's attributes of `inode` show, if every reply since their
   // last drop (or the mount's own change) agrees on one.
   std::optional<cache::SourceIdentity> KernelAttrId(const Inode& inode) const;
   // Records a reply about to be sent that carries attributes of `inode` as `id` (observed
   // as `seen`) shows them (Remember records LOOKUP, CREATE and READDIRPLUS replies
-  // itself). A reply whose observation overlapped a change by the mount is no news: the
-  // kernel applies its own write or truncate after that change ends, and discards the
-  // replies to requests sent before.
+  // itself). A reply whose observation overlapped a change by the mount is no news: a
+  // write or SETATTR is the kernel's own once it ends (it discards the replies to
+  // requests sent before, or takes the larger size and asks again), and the other
+  // changes leave the size as it was.
   void NoteKernelAttrs(Inode& inode, const cache::SourceIdentity& id, Observation seen);
   // Records that the kernel's attributes of `inode` are about to be dropped: call it
-  // before InvalidateInode, so that every reply computed after the drop counts (a reply
-  // computed before it answers a request sent before it, which the kernel discards).
+  // before InvalidateInode, so that every reply computed after the drop counts (one
+  // computed before it answers a LOOKUP, GETATTR or READ sent before it, which the kernel
+  // discards). Const: it changes the node, not the table.
   void DropKernelAttrs(Inode& inode) const;
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead (the kernel retries only once), and
@@ -226,7 +239,7 @@ class InodeTable {
   bool MayAskRelookup(Inode& inode);
   // Whether an ESTALE relookup was asked for `inode` within kRelookupWindowNs: its LOOKUP
   // may still be on its way, and a drop of the node's attributes (which moves their
-  // version on) would make the kernel discard that reply while the daemon believes it.
+  // version on) would make the kernel discard that reply and ask again: a round trip.
   bool RelookupPending(const Inode& inode) const;
 
   // Pins: O_PATH fds of source files the kernel does not know yet, held so that their
@@ -259,7 +272,8 @@ class InodeTable {
   // kernel_cache_id it qualifies.
   bool Overlapped(const Inode& inode, Observation seen) const REQUIRES(mutex_);
   // Ends a MountChange: records `made`, if known, as the identity the kernel's pages hold.
-  void EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made);
+  void EndMountChange(Inode& inode, const std::optional<cache::SourceIdentity>& made,
+                      KernelLearns learns);
 
   struct DevIno {
     uint64_t dev, ino;
@@ -304,7 +318,7 @@ class MountChange {
  public:
   // `inode` may be null (an object the kernel does not know, or a directory): nothing
   // to do then. The caller keeps it alive until the MountChange ends.
-  MountChange(InodeTable& table, Inode* inode);
+  MountChange(InodeTable& table, Inode* inode, KernelLearns learns = KernelLearns::kResult);
   ~MountChange();
   MountChange(const MountChange&) = delete;
   MountChange& operator=(const MountChange&) = delete;
@@ -316,6 +330,7 @@ class MountChange {
  private:
   InodeTable& table_;
   Inode* const inode_;  // kept alive by the caller
+  const KernelLearns learns_;
   std::optional<cache::SourceIdentity> made_;
 };
 

@@ -92,8 +92,10 @@ TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) 
   EXPECT_FALSE(table.KernelAttrsShow(*a, before, InodeTable::Observe(*a)));
   EXPECT_EQ(table.KernelAttrId(*a), std::nullopt);
 
+  // Dropped: nothing is trusted until a reply is recorded (one stat'ed before an open's
+  // check may be recorded, and applied, after it).
   table.DropKernelAttrs(*a);
-  EXPECT_TRUE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
+  EXPECT_FALSE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
   EXPECT_EQ(table.KernelAttrId(*a), std::nullopt);  // no size to push by
   table.NoteKernelAttrs(*a, after, InodeTable::Observe(*a));  // the relookup's reply, or a GETATTR's
   EXPECT_TRUE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
@@ -113,9 +115,31 @@ TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) 
   EXPECT_TRUE(table.KernelAttrsShow(*a, truncated, InodeTable::Observe(*a)));
   EXPECT_EQ(table.KernelAttrId(*a), truncated);
   // A reply stat'ed before that change ended answers a request the kernel sent before
-  // its own truncate, and loses to it: no news.
+  // its own truncate, and loses to it: no news. So does one recorded after the change
+  // ended but stat'ed before it (older ctime).
   table.NoteKernelAttrs(*a, after, seen_before_the_change);
   EXPECT_EQ(table.KernelAttrId(*a), truncated);
+  table.NoteKernelAttrs(*a, before, InodeTable::Observe(*a));
+  EXPECT_EQ(table.KernelAttrId(*a), truncated);
+}
+
+// A rename, a link, an unlink or an xattr through the mount only moves the ctime the
+// kernel shows; it keeps the size its attributes held. Such a change must not make the
+// daemon believe the kernel shows a size that an earlier change underneath left.
+TEST(InodeTable, AChangeThatOnlyMovesTheCtimeKeepsWhatTheKernelShows) {
+  InodeTable table = MakeTable();
+  auto a = table.Remember(table.root(), "a", FileStat(4096, 10), UniqueFd());
+  // Appended underneath (no reply since), then renamed through the mount.
+  const auto renamed = cache::SourceIdentity::FromStat(FileStat(8192, 12));
+  MountChange(table, a.get(), KernelLearns::kCtimeOnly).Made(renamed);
+  EXPECT_FALSE(table.KernelAttrsShow(*a, renamed, InodeTable::Observe(*a)));
+  // Renamed again with nothing else changed: the kernel's size is still right.
+  table.DropKernelAttrs(*a);
+  table.NoteKernelAttrs(*a, renamed, InodeTable::Observe(*a));
+  auto moved = renamed;
+  moved.ctime_ns += 1'000'000'000;
+  MountChange(table, a.get(), KernelLearns::kCtimeOnly).Made(moved);
+  EXPECT_TRUE(table.KernelAttrsShow(*a, moved, InodeTable::Observe(*a)));
 }
 
 TEST(InodeTable, RootIsNeverForgotten) {

@@ -387,7 +387,8 @@ Result<Entry> SourceFs::Link(uint64_t nodeid, uint64_t new_parent, const std::st
   if (!dir.ok()) return dir.status();
   auto loc = Resolve(**inode);
   if (!loc.ok()) return loc.status();
-  MountChange change(inodes_, inode->get());  // a new name moves the file's ctime
+  // A new name moves the file's ctime.
+  MountChange change(inodes_, inode->get(), KernelLearns::kCtimeOnly);
   if (::linkat(loc->dir_fd(), loc->name.c_str(), (*dir)->path_fd.get(), new_name.c_str(), 0) < 0) {
     return Errno(fmt::format("link '{}'", new_name));
   }
@@ -402,7 +403,8 @@ Status SourceFs::Unlink(uint64_t parent, const std::string& name) {
   auto st = StatAt((*dir)->path_fd.get(), name);
   // The file may live on, under another name or open: the unlink moves its ctime.
   auto node = st.ok() ? inodes_.FindBySource(st->st_dev, st->st_ino) : nullptr;
-  MountChange change(inodes_, node && !node->is_dir ? node.get() : nullptr);
+  MountChange change(inodes_, node && !node->is_dir ? node.get() : nullptr,
+                     KernelLearns::kCtimeOnly);
   if (::unlinkat((*dir)->path_fd.get(), name.c_str(), 0) < 0) {
     return Errno(fmt::format("unlink '{}'", name));
   }
@@ -438,9 +440,11 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
   auto moved_node = moved.ok() ? inodes_.FindBySource(moved->st_dev, moved->st_ino) : nullptr;
   auto replaced_node =
       replaced.ok() ? inodes_.FindBySource(replaced->st_dev, replaced->st_ino) : nullptr;
-  MountChange moving(inodes_, moved_node && !moved_node->is_dir ? moved_node.get() : nullptr);
-  MountChange replacing(
-      inodes_, replaced_node && !replaced_node->is_dir ? replaced_node.get() : nullptr);
+  MountChange moving(inodes_, moved_node && !moved_node->is_dir ? moved_node.get() : nullptr,
+                     KernelLearns::kCtimeOnly);
+  MountChange replacing(inodes_,
+                        replaced_node && !replaced_node->is_dir ? replaced_node.get() : nullptr,
+                        KernelLearns::kCtimeOnly);
   if (::syscall(SYS_renameat2, (*from)->path_fd.get(), name.c_str(), (*to)->path_fd.get(),
                 new_name.c_str(), flags) < 0) {
     return Errno(fmt::format("rename '{}' to '{}'", name, new_name));
@@ -539,7 +543,12 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
     // would read with that size. ESTALE makes it look the name up again (the VFS
     // retries an open once, with LOOKUP_REVAL) and open anew with fresh attributes.
-    const bool relookup = inodes_.MayAskRelookup(**inode);
+    // Dropped with no reply recorded since: the kernel's attributes are invalid already,
+    // and one stat'ed before this check may still arrive; direct I/O covers it, and an
+    // ESTALE here could be the second the kernel gets for one open (its retry found this
+    // node right after another opener's drop), which fails the open.
+    const bool relookup =
+        !inodes_.KernelAttrsDropped(**inode) && inodes_.MayAskRelookup(**inode);
     spdlog::debug("open of node {} (source inode {}, {} bytes): the kernel's attributes may "
                   "show another state; {}",
                   nodeid, id.ino, id.size, relookup ? "it looks the name up again" : "direct I/O");
@@ -970,7 +979,8 @@ Status SourceFs::SetXattr(uint64_t nodeid, const std::string& name, const std::s
   if (!inode.ok()) return inode.status();
   auto path = ProcPath(**inode);
   if (!path.ok()) return path.status();
-  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get());  // moves the ctime
+  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get(),  // moves the ctime
+                     KernelLearns::kCtimeOnly);
   if (::lsetxattr(path->c_str(), name.c_str(), value.data(), value.size(), flags) < 0) {
     return Errno(fmt::format("setxattr '{}'", name));
   }
@@ -984,7 +994,8 @@ Status SourceFs::RemoveXattr(uint64_t nodeid, const std::string& name) {
   if (!inode.ok()) return inode.status();
   auto path = ProcPath(**inode);
   if (!path.ok()) return path.status();
-  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get());  // moves the ctime
+  MountChange change(inodes_, (*inode)->is_dir ? nullptr : inode->get(),  // moves the ctime
+                     KernelLearns::kCtimeOnly);
   if (::lremovexattr(path->c_str(), name.c_str()) < 0) {
     return Errno(fmt::format("removexattr '{}'", name));
   }
