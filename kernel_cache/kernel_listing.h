@@ -18,8 +18,8 @@
 // (the others wait in RAM for a retry). While a folder is open a plain umount(2) fails
 // with EBUSY (`epochfs umount` retries for a moment).
 //
-// Thread-safety: construct, Stop() and destroy on one thread; the listing runs on a
-// thread of its own.
+// Thread-safety: construct, Stop() and destroy on one thread; the listing runs on
+// threads of its own (kThreads at most), and the counters may be read from any thread.
 #pragma once
 
 #include <atomic>
