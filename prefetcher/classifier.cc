@@ -1,6 +1,7 @@
 #include "prefetcher/classifier.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace epochfs::prefetch {
 
@@ -16,8 +17,12 @@ const char* PatternName(Pattern pattern) {
 }
 
 void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
-  count_ = scored_ = sequential_scored_ = sequential_hits_ = replay_hits_ = 0;
+  count_ = scored_ = sequential_scored_ = sequential_hits_ = replay_scored_ = replay_hits_ = 0;
   sequential_by_chance_ = 0;
+  recent_ranks_.clear();
+  recent_next_ = 0;
+  spread_scored_ = spread_hits_ = 0;
+  spread_by_chance_ = 0;
   seen_paths_.clear();
   seen_.clear();
   previous_ = previous;
@@ -59,9 +64,37 @@ void Classifier::Access(const FileKey& file, const std::string& path) {
       auto pred = seen_.find(previous_[it->second - 1]);
       in_order = pred != seen_.end() && pred->second >= recent;
     }
-    if (score && in_order) ++replay_hits_;
+    if (score) {
+      ++replay_scored_;
+      if (in_order) ++replay_hits_;
+    }
+    ScoreSpread(it->second);
   }
   seen_[file] = index;
+}
+
+void Classifier::ScoreSpread(uint64_t rank) {
+  const size_t window = options_.spread_window;
+  if (window == 0) return;
+  if (recent_ranks_.size() == window) {
+    std::vector<uint32_t> sorted = recent_ranks_;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[window / 2];
+    const double spread = sorted[(3 * window) / 4] - sorted[window / 4];
+    // At least a few places either way: one reader's own neighbours.
+    const double reach = std::max(8.0, 3.0 * spread);
+    const double n = static_cast<double>(previous_.size());
+    const double covered = std::min(n - 1, median + reach) - std::max(0.0, median - reach) + 1;
+    if (covered / n <= options_.max_spread_share) {
+      ++spread_scored_;
+      spread_by_chance_ += covered / n;
+      if (std::abs(static_cast<double>(rank) - median) <= reach) ++spread_hits_;
+    }
+    recent_ranks_[recent_next_] = static_cast<uint32_t>(rank);
+    recent_next_ = (recent_next_ + 1) % window;
+  } else {
+    recent_ranks_.push_back(static_cast<uint32_t>(rank));
+  }
 }
 
 double Classifier::sequential_score() const {
@@ -71,8 +104,20 @@ double Classifier::sequential_score() const {
   if (possible <= 0) return 0.0;
   return std::max(0.0, above_chance / possible);
 }
+double Classifier::spread_score() const {
+  // Too few accesses near enough to judge (a random order, or a small previous one):
+  // nothing. Otherwise Cohen's kappa, as for the sequential score.
+  if (spread_scored_ < options_.window) return 0.0;
+  const double above_chance = static_cast<double>(spread_hits_) - spread_by_chance_;
+  const double possible = static_cast<double>(spread_scored_) - spread_by_chance_;
+  if (possible <= 0) return 0.0;
+  return std::max(0.0, above_chance / possible);
+}
+
 double Classifier::replay_score() const {
-  return scored_ == 0 ? 0.0 : static_cast<double>(replay_hits_) / scored_;
+  const double by_predecessor =
+      replay_scored_ == 0 ? 0.0 : static_cast<double>(replay_hits_) / replay_scored_;
+  return std::max(by_predecessor, spread_score());
 }
 
 Pattern Classifier::pattern() const {

@@ -5,7 +5,16 @@
 // order). Several DataLoader workers reading interleaved slices of one order keep this
 // true (a file's predecessor was read by the same worker a few accesses earlier), while
 // a random permutation makes it rare (about window/i for the i-th access). References:
-//  - replay: the previous epoch's access order;
+//  - replay: the previous epoch's access order, as the daemon saw it. That order is
+//    itself reordered by the readers' timing (threads sharing one iterator swap
+//    neighbours; DataLoader workers interleave their batches), differently in each
+//    epoch, so a file's predecessor there is often seen after it here. A replay is also
+//    found by position: the access lies within the spread of the last `spread_window`
+//    accesses' positions in that order (median +- 3 interquartile ranges), scored
+//    against the chance that a random file lands there (a random order spreads them
+//    over the whole order, and such accesses are not scored). The replay score is the
+//    better of the two. Files the previous epoch did not see (the kernel served them)
+//    are not scored for replay;
 //  - sequential: sorted path order among the files accessed so far in this epoch (so
 //    no listing of the whole data set is needed, and it works in the first epoch).
 //    Early in an epoch few paths are known, so a random file's predecessor among them
@@ -31,6 +40,11 @@ namespace epochfs::prefetch {
 struct ClassifierOptions {
   uint32_t window = 64;
   uint32_t min_accesses = 128;
+  // Replay by position: the recent positions whose spread an access must lie within,
+  // and the most of the previous order that spread may cover for the access to count
+  // (a wider one says little; a random order's covers it all).
+  uint32_t spread_window = 32;
+  double max_spread_share = 0.25;
   double threshold = 0.7;
   // An epoch's first this many accesses decide its pattern; later ones are counted
   // only. Scoring every access (a sorted map of paths) cost a share of the access
@@ -59,7 +73,18 @@ class Classifier {
   uint64_t sequential_scored_ = 0;  // scored accesses that had a path
   uint64_t sequential_hits_ = 0;
   double sequential_by_chance_ = 0;  // hits a random order would expect among those
+  uint64_t replay_scored_ = 0;  // scored accesses of files in the previous order
   uint64_t replay_hits_ = 0;
+  // Replay by position: the last spread_window accesses' positions in the previous
+  // order (a ring), and the accesses scored against it.
+  std::vector<uint32_t> recent_ranks_;
+  size_t recent_next_ = 0;
+  uint64_t spread_scored_ = 0;
+  uint64_t spread_hits_ = 0;
+  double spread_by_chance_ = 0;
+  double spread_score() const;
+  // Scores one access at `rank` in the previous order by position.
+  void ScoreSpread(uint64_t rank);
   std::map<std::string, uint64_t> seen_paths_;  // path -> access index
   std::unordered_map<FileKey, uint64_t, FileKeyHash> seen_;           // file -> access index
   std::unordered_map<FileKey, uint64_t, FileKeyHash> previous_rank_;  // file -> previous pos
