@@ -9,6 +9,9 @@ uint64_t EpochPolicy::RankLocked(const FileKey& file) const {
   if (auto it = read_.find(file); it != read_.end()) {
     // The read used the file's first plan position; its next one, if any, ranks it.
     if (auto later = plan_later_pos_.find(file); later != plan_later_pos_.end()) return later->second;
+    if (plan_repeats_) {
+      if (auto first = plan_pos_.find(file); first != plan_pos_.end()) return plan_size_ + first->second;
+    }
     return std::numeric_limits<uint64_t>::max() - it->second;  // oldest read is highest
   }
   if (auto it = plan_pos_.find(file); it != plan_pos_.end()) return it->second;
@@ -60,10 +63,12 @@ void EpochPolicy::NewEpoch() {
   ranks_needed_ = false;
 }
 
-void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
+void EpochPolicy::SetPlan(const std::vector<FileKey>& order, bool repeats) {
   MutexLock lock(mu_);
   plan_pos_.clear();
   plan_later_pos_.clear();
+  plan_repeats_ = repeats && !order.empty();
+  plan_size_ = order.size();
   plan_pos_.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     if (!plan_pos_.emplace(order[i], i).second) plan_later_pos_.emplace(order[i], i);

@@ -57,8 +57,10 @@ class EpochPolicy final : public cache::EvictionPolicy {
   // A new epoch starts: every file is unread again.
   void NewEpoch();
   // The upcoming order (positions are indices into `order`; a file's first two count);
-  // an empty order clears it.
-  void SetPlan(const std::vector<FileKey>& order);
+  // an empty order clears it. `repeats`: the order runs again after its end (a replay),
+  // so a file read ranks by its position in that next run, as if it were planned twice
+  // (without a second table of the data set's size).
+  void SetPlan(const std::vector<FileKey>& order, bool repeats = false);
   // Whether `bytes` more of `file` would get into the tier now (room, or a worse entry
   // to evict). Approximate: the tier may change before the prefetch lands.
   bool WouldAdmit(const FileKey& file, uint64_t bytes);
@@ -82,7 +84,8 @@ class EpochPolicy final : public cache::EvictionPolicy {
   uint64_t RankLocked(const FileKey& file) const REQUIRES(mu_);
   // Read this epoch, and not in the plan after that read.
   bool SpentLocked(const FileKey& file) const REQUIRES(mu_) {
-    return read_.count(file) != 0 && plan_later_pos_.count(file) == 0;
+    return read_.count(file) != 0 && plan_later_pos_.count(file) == 0 &&
+           !(plan_repeats_ && plan_pos_.count(file) != 0);
   }
   void RerankLocked() REQUIRES(mu_);
   void RerankFileLocked(const FileKey& file) REQUIRES(mu_);
@@ -97,6 +100,8 @@ class EpochPolicy final : public cache::EvictionPolicy {
   std::unordered_map<FileKey, uint64_t, FileKeyHash> read_ GUARDED_BY(mu_);  // file -> read seq
   std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_ GUARDED_BY(mu_);  // first use
   std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_later_pos_ GUARDED_BY(mu_);  // second
+  bool plan_repeats_ GUARDED_BY(mu_) = false;
+  uint64_t plan_size_ GUARDED_BY(mu_) = 0;
   struct Cached {
     uint64_t rank;
     uint64_t bytes;

@@ -56,6 +56,27 @@ TEST(EpochPolicy, APlanIntoTheNextEpochKeepsAReadFileByItsNextPosition) {
   EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 1, 3}));
 }
 
+// A repeating plan (a replay): a file read ranks by its place in the order's next run,
+// as if the plan named it twice; nothing in it is spent.
+TEST(EpochPolicy, ARepeatingPlanRanksAReadFileByItsPlaceInTheNextRun) {
+  EpochPolicy policy(4 * 100);
+  policy.SetPlan({F(1), F(2), F(3), F(4)}, /*repeats=*/true);
+  for (uint64_t ino : {1, 2, 3, 4}) policy.OnInsert(C(ino), 100);
+  policy.MarkRead(F(1));
+  policy.MarkRead(F(2));
+  // 2 is read next at 5, 1 at 4; unread 4 and 3 come before either.
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 1, 4, 3}));
+  for (uint64_t ino : {1, 2, 3, 4}) policy.OnInsert(C(ino), 100);
+  // Full: a read file not in the order is spent and evicts nothing; one in it may take
+  // the place of a file read later.
+  policy.MarkRead(F(5));
+  EXPECT_FALSE(policy.AdmitWhenFull(C(5), 100));
+  EXPECT_TRUE(policy.AdmitWhenFull(C(1), 100));
+  // Cleared, read files go first again, oldest read first.
+  policy.SetPlan({});
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{1, 2, 4, 3}));
+}
+
 TEST(EpochPolicy, ReadsMarkedWhileNoDecisionNeededRanksStillCount) {
   // Room for 4: the first reads only mark their files (no decision needs ranks yet).
   EpochPolicy policy(4 * 100);

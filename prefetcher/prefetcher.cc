@@ -74,6 +74,8 @@ constexpr uint32_t kMinWindow = 16;
 // files of the start of its order beyond the reads so far (several readers interleave
 // slices of one order, as the classifier's window allows).
 constexpr uint64_t kReplayPredictionSlack = 64;
+// Changes of the RAM tier's ranking by a replay in one epoch (RankByReplayLocked).
+constexpr uint32_t kMaxReplayRankChanges = 4;
 // What a batch of readahead takes from being taken to being pushed (stats, a pack read,
 // checksums, stores): the files the reader reads in that time are left to it when
 // readahead is behind (NextInOrderLocked).
@@ -177,6 +179,13 @@ class PrefetcherImpl final : public Prefetcher {
     return pattern;
   }
   void NewEpochLocked() REQUIRES(mu_);
+  // While this epoch replays the last one, the RAM tier's policy ranks files by when
+  // they are read next, in this epoch or the next (the last epoch's order, repeating),
+  // as for a published plan. Without that, the files read this epoch go first, oldest read
+  // first: the tier ends each epoch holding that epoch's last files, a replay reads
+  // them last, so no room frees for readahead until then, and the tier acts as a static
+  // set (docs/benchmarks.md, "A replay the classifier missed").
+  void RankByReplayLocked() REQUIRES(mu_);
   // The file's catalog index, adding it if new and the tables have room (nullopt: full).
   std::optional<uint32_t> CatalogIndexLocked(const FileKey& file, const std::string& path)
       REQUIRES(mu_);
@@ -294,10 +303,11 @@ class PrefetcherImpl final : public Prefetcher {
   }
   // Whether the RAM policy has room for kMinStreamBatch more unread files (free room or
   // files already read this epoch to evict), beyond those in flight. A plan's next files
-  // are checked one by one instead (RefusedLocked): files read this epoch but planned
-  // again (the next epoch's) rank above an unplanned file, and would always say no.
+  // (or a replay's) are checked one by one instead (RefusedLocked): files read this
+  // epoch but planned again (the next epoch's) rank above an unplanned file, and would
+  // always say no.
   bool RoomForStreamLocked() const REQUIRES(mu_) {
-    if (!policy_ || PatternLocked() == Pattern::kPublished) return true;
+    if (!policy_ || PatternLocked() == Pattern::kPublished || replay_ranked_) return true;
     const uint32_t want = inflight_ + kMinStreamBatch;
     return policy_->Displaceable(FileKey{}, want) >= want;  // an unread file, no plan
   }
@@ -325,6 +335,11 @@ class PrefetcherImpl final : public Prefetcher {
   bool stop_ GUARDED_BY(mu_) = false;
   Classifier classifier_ GUARDED_BY(mu_);
   Pattern previous_pattern_ GUARDED_BY(mu_) = Pattern::kUnknown;  // the last epoch's, at its end
+  // The policy ranks by the last epoch's order (RankByReplayLocked), changed so often
+  // this epoch: a prediction, its end, the classifier's verdict; no more (each change
+  // ranks every file anew, and a pattern on the edge would flap).
+  bool replay_ranked_ GUARDED_BY(mu_) = false;
+  uint32_t replay_rank_changes_ GUARDED_BY(mu_) = 0;
   uint64_t epoch_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> epoch_now_{0};  // epoch_, for Epoch()
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
@@ -538,8 +553,31 @@ void PrefetcherImpl::NewEpochLocked() {
     policy_->SetPlan({});
     policy_->NewEpoch();
   }
+  replay_ranked_ = false;
+  replay_rank_changes_ = 0;
   if (options_.gate) options_.gate->OnNewEpoch();
   epoch_now_.store(++epoch_, std::memory_order_relaxed);
+  RankByReplayLocked();  // a replay predicted from the last epoch's pattern
+}
+
+void PrefetcherImpl::RankByReplayLocked() {
+  const bool replay = PatternLocked() == Pattern::kReplay;
+  if (!policy_ || replay == replay_ranked_ || replay_rank_changes_ >= kMaxReplayRankChanges) {
+    return;
+  }
+  replay_ranked_ = replay;
+  ++replay_rank_changes_;
+  spdlog::debug("prefetch: epoch {} {} by the last epoch's order after {} accesses", epoch_,
+                replay ? "ranks the RAM tier" : "no longer ranks the RAM tier",
+                classifier_.accesses());
+  if (!replay) {
+    policy_->SetPlan({});
+    return;
+  }
+  std::vector<FileKey> order;
+  order.reserve(previous_order_.size());
+  for (uint32_t i : previous_order_) order.push_back(catalog_[i].first);
+  policy_->SetPlan(order, /*repeats=*/true);
 }
 
 void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {
@@ -586,8 +624,9 @@ bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& 
     const size_t need = longest == 0 ? kFirstEpochMinAccesses
                                      : static_cast<size_t>(kEpochCoverage * static_cast<double>(longest));
     if (accessed_.size() < std::max<size_t>(need, 1)) return false;  // a re-read in this epoch
-    spdlog::debug("prefetch: epoch {} ends after {} files ({})", epoch_, accessed_.size(),
-                  PatternName(PatternLocked()));
+    spdlog::debug("prefetch: epoch {} ends after {} files ({}; replay score {:.2f}, sequential {:.2f})",
+                  epoch_, accessed_.size(), PatternName(PatternLocked()),
+                  classifier_.replay_score(), classifier_.sequential_score());
     NewEpochLocked();
   }
   const std::optional<uint32_t> known = CatalogIndexLocked(file, path);
@@ -604,6 +643,7 @@ bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& 
   if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
     replay_cursor_ = std::max<size_t>(replay_cursor_, it->second);
   }
+  RankByReplayLocked();
   if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
   ReadaheadGate::Access seen = ReadaheadGate::Access::kMiss;
   if (landed_.erase(file) != 0) {
@@ -656,6 +696,8 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint
       if (!new_epoch && first_use && accessed_.count(plan_[i].key) != 0) plan_cursor_ = i;
     }
     if (policy_) policy_->SetPlan(keys);
+    replay_ranked_ = false;  // the plan's ranks replaced the replay's
+    RankByReplayLocked();    // a plan withdrawn: a replay may rank again
     plan_fingerprint_ = Fingerprint(plan_, [](const PlannedFile& f) -> const std::string& {
       return f.path;
     });

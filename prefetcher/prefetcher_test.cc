@@ -145,6 +145,49 @@ TEST(Prefetcher, AReplayedEpochPredictsTheNextOneWhileItsReadsFollowTheOrder) {
   EXPECT_EQ(p->Stats().pattern, Pattern::kShuffled);
 }
 
+// In a replay, the RAM tier keeps what the next epoch reads first: of two files read
+// this epoch, the one read later goes first (it is read later in the next epoch too).
+// Ranked by read age instead, the tier ended each replayed epoch holding its last
+// files, read last again, and acted as a static set (docs/benchmarks.md, "A replay the
+// classifier missed"). A reshuffled epoch still evicts the oldest read first.
+TEST(Prefetcher, AReplayKeepsWhatTheNextEpochReadsFirst) {
+  std::shared_ptr<cache::EvictionPolicy> policy = Prefetcher::NewPolicy(1 << 20);
+  PrefetcherOptions o;
+  o.threads = 0;
+  auto p = Prefetcher::Create(std::move(o), NoSource(), nullptr, policy);
+  const uint32_t n = 600;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(12));
+  const cache::ChunkKey early{1, 100 + order[5], 0};
+  const cache::ChunkKey late{1, 100 + order[500], 0};
+  for (uint32_t pass = 0; pass < 2; ++pass) {
+    for (uint32_t i : order) Access(*p, i);
+  }
+  ASSERT_EQ(p->Stats().epoch, 1u);
+  ASSERT_EQ(p->Stats().pattern, Pattern::kReplay);
+  policy->OnInsert(early, 4096);
+  policy->OnInsert(late, 4096);
+  EXPECT_EQ(policy->Victim(), late);
+  // The next epoch's first reads keep the ranking: the replay is predicted.
+  for (uint32_t k = 0; k < 3; ++k) Access(*p, order[k]);
+  ASSERT_EQ(p->Stats().epoch, 2u);
+  EXPECT_EQ(policy->Victim(), late);
+
+  // Reshuffled: once the classifier knows, the file read first goes first.
+  std::vector<uint32_t> reshuffled = order;
+  std::shuffle(reshuffled.begin(), reshuffled.end(), std::mt19937(13));
+  for (uint32_t k = 3; k < n; ++k) Access(*p, order[k]);
+  for (uint32_t i : reshuffled) Access(*p, i);
+  ASSERT_EQ(p->Stats().epoch, 3u);
+  ASSERT_EQ(p->Stats().pattern, Pattern::kShuffled);
+  const auto at = [&](uint32_t file) {
+    return std::find(reshuffled.begin(), reshuffled.end(), file) - reshuffled.begin();
+  };
+  const cache::ChunkKey first_read = at(order[5]) < at(order[500]) ? early : late;
+  EXPECT_EQ(policy->Victim(), first_read);
+}
+
 // The ordered patterns' window follows the reader: about a second of its consumption,
 // at least 16 files, at most the lookahead (256).
 TEST(Prefetcher, ReadaheadWindowFollowsTheReadersRate) {
