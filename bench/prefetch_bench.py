@@ -62,7 +62,7 @@ INTERPRETER_BYTES = 24 << 20  # the baseline reader's own memory, on top of its 
 # (its page cache is what the limit bounds; the benchmark's own memory must not count).
 BASELINE_CHILD = r"""
 import json, os, random, sys
-memcg, root, loopname, epochs, readers, compute, total, seed, bench = sys.argv[1:10]
+memcg, root, loopname, epochs, readers, compute, total, seed, bench, fixed, batch = sys.argv[1:12]
 sys.path.insert(0, bench)
 from paced_reader import read_epoch
 names = sorted(os.path.join(dp, f)[len(root) + 1:] for dp, _, fs in os.walk(root) for f in fs)
@@ -73,9 +73,9 @@ def sectors():
         return int(f.read().split()[2])
 for epoch in range(int(epochs)):
     order = names[:]
-    random.Random(int(seed) * 1000 + epoch).shuffle(order)
+    random.Random(int(seed) * 1000 + (0 if fixed == "1" else epoch)).shuffle(order)
     s0 = sectors()
-    secs = read_epoch(root, order, int(readers), float(compute))
+    secs = read_epoch(root, order, int(readers), float(compute), int(batch))
     print(json.dumps(dict(epoch=epoch, seconds=secs, source_bytes=(sectors() - s0) * 512)),
           flush=True)
 """
@@ -158,7 +158,8 @@ class Bench:
         drop_caches()
         cp = subprocess.run([sys.executable, "-c", BASELINE_CHILD, MEMCG, self.root, self.loop.name,
                              str(a.epochs), str(a.readers), str(self.compute), str(self.total),
-                             str(a.seed), BENCH], check=True, capture_output=True, text=True)
+                             str(a.seed), BENCH, "1" if a.fixed_order else "0",
+                             str(a.dataloader_batch)], check=True, capture_output=True, text=True)
         for line in cp.stdout.splitlines():
             r = json.loads(line)
             source = r["source_bytes"] / self.total
@@ -182,7 +183,7 @@ class Bench:
                     with open(os.path.join(self.mnt, ".epochfs", "plan"), "w") as f:
                         f.write("epochfs-plan 1\n" + "".join(n + "\n" for n in order) + "\n")
                 before, s0 = self.stats(), self.sectors()
-                secs = read_epoch(self.mnt, order, a.readers, self.compute)
+                secs = read_epoch(self.mnt, order, a.readers, self.compute, a.dataloader_batch)
                 after, s1 = self.stats(), self.sectors()
                 d = {k: after[k] - before[k] for k in ("ram_hits", "ssd_hits", "misses",
                                                        "source_bytes", "prefetched",
@@ -427,6 +428,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fixed-order", action="store_true",
                    help="every epoch reads the same shuffled order (a replay)")
+    p.add_argument("--dataloader-batch", type=int, default=0, metavar="B",
+                   help="read each epoch with a torch DataLoader of --readers workers and "
+                        "batches of B files instead of threads (cache-fraction part)")
     p.add_argument("--epochfs-arg", action="append", default=[],
                    help="an extra argument for the cache-fraction mounts (repeatable)")
     p.add_argument("--quick", action="store_true", help="1500 files, 3 epochs, c = 0.5 only")
