@@ -10,7 +10,8 @@
 // A plan may run on into the next epoch (a publisher that knows it, such as
 // DistributedSampler's, appends it), so a file can be in it twice: once a file is read,
 // its next position ranks it, like an unread file's; a file read with no later
-// position is *spent*.
+// position is *spent*. A plan may also repeat (a replay: the prefetcher passes the last
+// epoch's order), and then a read file's next position is its place in the next run.
 // A chunk may evict others only if it ranks strictly lower than the worst cached one,
 // and a chunk of a spent file never evicts anything (it would only be useful in some
 // later epoch, and taking room for it is exactly LRU's thrash). Without
