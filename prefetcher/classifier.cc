@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace epochfs::prefetch {
 
@@ -21,6 +22,8 @@ void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
   sequential_by_chance_ = 0;
   recent_ranks_.clear();
   recent_next_ = 0;
+  past_medians_.clear();
+  past_median_next_ = 0;
   spread_scored_ = spread_hits_ = 0;
   spread_by_chance_ = 0;
   seen_paths_.clear();
@@ -77,18 +80,30 @@ void Classifier::ScoreSpread(uint64_t rank) {
   const size_t window = options_.spread_window;
   if (window == 0) return;
   if (recent_ranks_.size() == window) {
-    std::vector<uint32_t> sorted = recent_ranks_;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted[window / 2];
-    const double spread = sorted[(3 * window) / 4] - sorted[window / 4];
+    sorted_ranks_ = recent_ranks_;
+    std::sort(sorted_ranks_.begin(), sorted_ranks_.end());
+    const uint32_t median = sorted_ranks_[window / 2];
+    const double spread = sorted_ranks_[(3 * window) / 4] - sorted_ranks_[window / 4];
+    // The median progress_accesses accesses ago, once known.
+    const size_t history = options_.progress_accesses + 1;
+    std::optional<uint32_t> past;
+    if (past_medians_.size() == history) {
+      past = past_medians_[past_median_next_];
+      past_medians_[past_median_next_] = median;
+      past_median_next_ = (past_median_next_ + 1) % history;
+    } else {
+      past_medians_.push_back(median);
+    }
     // At least a few places either way: one reader's own neighbours.
     const double reach = std::max(8.0, 3.0 * spread);
     const double n = static_cast<double>(previous_.size());
     const double covered = std::min(n - 1, median + reach) - std::max(0.0, median - reach) + 1;
-    if (covered / n <= options_.max_spread_share) {
+    if (past && covered / n <= options_.max_spread_share) {
       ++spread_scored_;
       spread_by_chance_ += covered / n;
-      if (std::abs(static_cast<double>(rank) - median) <= reach) ++spread_hits_;
+      const bool near = std::abs(static_cast<double>(rank) - median) <= reach;
+      const bool forward = median >= *past + options_.min_progress;
+      if (near && forward) ++spread_hits_;
     }
     recent_ranks_[recent_next_] = static_cast<uint32_t>(rank);
     recent_next_ = (recent_next_ + 1) % window;
@@ -123,6 +138,11 @@ double Classifier::replay_score() const {
 Pattern Classifier::pattern() const {
   if (count_ < options_.min_accesses) return Pattern::kUnknown;
   if (replay_score() >= options_.threshold) return Pattern::kReplay;
+  // Replay by position needs a longer look (its window, its progress check, then enough
+  // scored accesses): with a last order to compare with, nothing else is named before.
+  const uint64_t position_verdict =
+      uint64_t{options_.spread_window} + options_.progress_accesses + options_.window;
+  if (!previous_.empty() && count_ < position_verdict) return Pattern::kUnknown;
   if (sequential_score() >= options_.threshold) return Pattern::kSequential;
   return Pattern::kShuffled;
 }

@@ -10,11 +10,14 @@
 //    neighbours; DataLoader workers interleave their batches), differently in each
 //    epoch, so a file's predecessor there is often seen after it here. A replay is also
 //    found by position: the access lies within the spread of the last `spread_window`
-//    accesses' positions in that order (median +- 3 interquartile ranges), scored
-//    against the chance that a random file lands there (a random order spreads them
-//    over the whole order, and such accesses are not scored). The replay score is the
-//    better of the two. Files the previous epoch did not see (the kernel served them)
-//    are not scored for replay;
+//    accesses' positions in that order (median +- 3 interquartile ranges), and that
+//    median moved forward through the order over the last `progress_accesses`
+//    accesses. Scored against the chance that a random file lands there (a random order
+//    spreads the positions over the whole order, and such accesses are not scored).
+//    Closeness alone would call orders near the last one replays: shards read in a new
+//    order, each shuffled inside, or the last order backwards; their median does not
+//    move steadily forward. The replay score is the better of the two rules. Files the
+//    previous epoch did not see (the kernel served them) are not scored for replay;
 //  - sequential: sorted path order among the files accessed so far in this epoch (so
 //    no listing of the whole data set is needed, and it works in the first epoch).
 //    Early in an epoch few paths are known, so a random file's predecessor among them
@@ -22,7 +25,11 @@
 //    access). The sequential score counts only the hits above that chance: 0 for a
 //    random order, 1 when every access is in order.
 // After `min_accesses` accesses, a score of at least `threshold` names the pattern
-// (replay is preferred when both hold); otherwise it is shuffled.
+// (replay is preferred when both hold); otherwise it is shuffled. With a last order to
+// compare with, a pattern other than replay is named only once replay by position
+// could have been (spread_window + progress_accesses + window accesses): named
+// shuffled meanwhile, a replay by many readers lost its readahead and RAM ranking
+// until then.
 //
 // Thread-safety: none; the Prefetcher calls it under its own lock.
 #pragma once
@@ -45,6 +52,10 @@ struct ClassifierOptions {
   // (a wider one says little; a random order's covers it all).
   uint32_t spread_window = 32;
   double max_spread_share = 0.25;
+  // ... and the forward progress asked of their median: at least `min_progress`
+  // positions over the last `progress_accesses` accesses.
+  uint32_t progress_accesses = 128;
+  uint32_t min_progress = 16;
   double threshold = 0.7;
   // An epoch's first this many accesses decide its pattern; later ones are counted
   // only. Scoring every access (a sorted map of paths) cost a share of the access
@@ -79,6 +90,10 @@ class Classifier {
   // order (a ring), and the accesses scored against it.
   std::vector<uint32_t> recent_ranks_;
   size_t recent_next_ = 0;
+  std::vector<uint32_t> sorted_ranks_;  // scratch: recent_ranks_ sorted
+  // The medians of recent_ranks_ at the last progress_accesses + 1 accesses (a ring).
+  std::vector<uint32_t> past_medians_;
+  size_t past_median_next_ = 0;
   uint64_t spread_scored_ = 0;
   uint64_t spread_hits_ = 0;
   double spread_by_chance_ = 0;

@@ -8,8 +8,13 @@
 #include <numeric>
 #include <random>
 
+#include "prefetcher/testing/reader_orders.h"
+
 namespace epochfs::prefetch {
 namespace {
+
+using testing::SeenFromDataLoader;
+using testing::SeenFromSharedReaders;
 
 constexpr uint32_t kFiles = 2000;
 
@@ -51,60 +56,6 @@ std::vector<uint32_t> Sliced(const std::vector<uint32_t>& order, int workers) {
       if (i < order.size()) out.push_back(order[i]);
     }
   }
-  return out;
-}
-
-// What `readers` threads that take the next file of `order` from one shared iterator
-// are seen to read: each file is seen when its read starts or lands, which depends on
-// how long the reader's previous files took (a cache hit or a source read). So files a
-// few places apart swap, differently in every epoch. Deterministic per seed.
-std::vector<uint32_t> SeenFromSharedReaders(const std::vector<uint32_t>& order, int readers,
-                                            uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::exponential_distribution<double> service(1.0);
-  std::vector<double> free_at(static_cast<size_t>(readers), 0.0);
-  std::vector<std::pair<double, uint32_t>> seen;
-  for (uint32_t file : order) {
-    auto reader = std::min_element(free_at.begin(), free_at.end());
-    const double took = service(rng);
-    // Seen when its read lands (a miss) or when it starts (a hit), at random.
-    seen.emplace_back(*reader + (rng() % 2 == 0 ? took : 0.0), file);
-    *reader += took;
-  }
-  std::stable_sort(seen.begin(), seen.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<uint32_t> out;
-  for (const auto& s : seen) out.push_back(s.second);
-  return out;
-}
-
-// What a DataLoader's `workers` are seen to read: batch b goes to worker b % workers,
-// each worker reads its batch's files one by one at a random pace, and starts a batch
-// only once the loader consumed the one `workers * 2` before it (prefetch_factor 2), so
-// no worker runs far ahead. Deterministic per seed.
-std::vector<uint32_t> SeenFromDataLoader(const std::vector<uint32_t>& order, int workers,
-                                         int batch, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::exponential_distribution<double> service(1.0);
-  const size_t batches = (order.size() + batch - 1) / batch;
-  std::vector<double> worker_free(static_cast<size_t>(workers), 0.0);
-  std::vector<double> consumed(batches, 0.0);
-  std::vector<std::pair<double, uint32_t>> seen;
-  for (size_t b = 0; b < batches; ++b) {
-    double& free_at = worker_free[b % workers];
-    double t = free_at;
-    if (b >= static_cast<size_t>(workers) * 2) t = std::max(t, consumed[b - workers * 2]);
-    for (size_t i = b * batch; i < std::min(order.size(), (b + 1) * batch); ++i) {
-      t += service(rng);
-      seen.emplace_back(t, order[i]);
-    }
-    free_at = t;
-    consumed[b] = std::max(b == 0 ? 0.0 : consumed[b - 1], t);
-  }
-  std::stable_sort(seen.begin(), seen.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<uint32_t> out;
-  for (const auto& s : seen) out.push_back(s.second);
   return out;
 }
 
@@ -207,17 +158,21 @@ TEST(Classifier, SameOrderAsLastEpochIsReplayEvenWithFourWorkers) {
 // A replay as the daemon sees it: the previous order is itself what it saw, so both
 // epochs are the same order reordered differently by the readers' timing. Readers that
 // share one iterator swap neighbours, and a file's predecessor is often seen after it;
-// DataLoader workers interleave 16 batches, differently in each epoch.
+// DataLoader workers interleave 16 batches, differently in each epoch (512 files in
+// flight: a data set of 2,000 is too small to tell that spread from a shuffle).
 TEST(Classifier, AReplayReorderedByConcurrentReadersIsReplay) {
   const auto order = Shuffled(11);
+  std::vector<uint32_t> larger(4 * kFiles);
+  std::iota(larger.begin(), larger.end(), 0u);
+  std::shuffle(larger.begin(), larger.end(), std::mt19937(11));
   for (uint32_t seed = 0; seed < 5; ++seed) {
     Classifier c;
     c.NewEpoch(KeysOf(SeenFromSharedReaders(order, 4, 100 + seed)));
     EXPECT_EQ(Classify(c, SeenFromSharedReaders(order, 4, 200 + seed)), Pattern::kReplay)
         << "shared iterator, seed " << seed << ", score " << c.replay_score();
     Classifier d;
-    d.NewEpoch(KeysOf(SeenFromDataLoader(order, 16, 32, 100 + seed)));
-    EXPECT_EQ(Classify(d, SeenFromDataLoader(order, 16, 32, 200 + seed)), Pattern::kReplay)
+    d.NewEpoch(KeysOf(SeenFromDataLoader(larger, 16, 32, 100 + seed)));
+    EXPECT_EQ(Classify(d, SeenFromDataLoader(larger, 16, 32, 200 + seed)), Pattern::kReplay)
         << "DataLoader 16 x 32, seed " << seed << ", score " << d.replay_score();
   }
 }
@@ -252,6 +207,30 @@ TEST(Classifier, AReshuffleReadByConcurrentReadersIsNotReplay) {
     EXPECT_EQ(Classify(d, SeenFromDataLoader(Shuffled(40 + seed), 16, 32, 2)),
               Pattern::kShuffled)
         << d.replay_score();
+    // Shards of 64 read in a new order, each shuffled inside: every access lies near
+    // recent ones in the last order, but the epoch does not move through it.
+    std::vector<uint32_t> sharded = Shuffled(20 + seed);
+    std::mt19937 rng(seed);
+    std::vector<size_t> shards(sharded.size() / 64);
+    std::iota(shards.begin(), shards.end(), size_t{0});
+    std::shuffle(shards.begin(), shards.end(), rng);
+    std::vector<uint32_t> resharded;
+    for (size_t shard : shards) {
+      std::vector<uint32_t> files(sharded.begin() + shard * 64, sharded.begin() + (shard + 1) * 64);
+      std::shuffle(files.begin(), files.end(), rng);
+      resharded.insert(resharded.end(), files.begin(), files.end());
+    }
+    Classifier f;
+    f.NewEpoch(KeysOf(SeenFromSharedReaders(sharded, 4, 1)));
+    EXPECT_NE(Classify(f, SeenFromSharedReaders(resharded, 4, 2)), Pattern::kReplay)
+        << f.replay_score();
+    // Nor is the last order read backwards.
+    std::vector<uint32_t> backwards = Shuffled(20 + seed);
+    Classifier g;
+    g.NewEpoch(KeysOf(SeenFromSharedReaders(backwards, 4, 1)));
+    std::reverse(backwards.begin(), backwards.end());
+    EXPECT_NE(Classify(g, SeenFromSharedReaders(backwards, 4, 2)), Pattern::kReplay)
+        << g.replay_score();
     // A sorted epoch after a shuffled one is sequential, not a replay.
     Classifier e;
     e.NewEpoch(KeysOf(SeenFromSharedReaders(Shuffled(20 + seed), 4, 1)));

@@ -74,8 +74,8 @@ constexpr uint32_t kMinWindow = 16;
 // files of the start of its order beyond the reads so far (several readers interleave
 // slices of one order, as the classifier's window allows).
 constexpr uint64_t kReplayPredictionSlack = 64;
-// Changes of the RAM tier's ranking by a replay in one epoch (RankByReplayLocked).
-constexpr uint32_t kMaxReplayRankChanges = 4;
+// Times the RAM tier is ranked by a replay in one epoch (RankByReplayLocked).
+constexpr uint32_t kMaxReplayRankings = 2;
 // What a batch of readahead takes from being taken to being pushed (stats, a pack read,
 // checksums, stores): the files the reader reads in that time are left to it when
 // readahead is behind (NextInOrderLocked).
@@ -335,11 +335,11 @@ class PrefetcherImpl final : public Prefetcher {
   bool stop_ GUARDED_BY(mu_) = false;
   Classifier classifier_ GUARDED_BY(mu_);
   Pattern previous_pattern_ GUARDED_BY(mu_) = Pattern::kUnknown;  // the last epoch's, at its end
-  // The policy ranks by the last epoch's order (RankByReplayLocked), changed so often
-  // this epoch: a prediction, its end, the classifier's verdict; no more (each change
-  // ranks every file anew, and a pattern on the edge would flap).
+  // The policy ranks by the last epoch's order (RankByReplayLocked), set so often this
+  // epoch; at most kMaxReplayRankings (each setting ranks every file anew, and a
+  // verdict on the edge would flap).
   bool replay_ranked_ GUARDED_BY(mu_) = false;
-  uint32_t replay_rank_changes_ GUARDED_BY(mu_) = 0;
+  uint32_t replay_rankings_ GUARDED_BY(mu_) = 0;
   uint64_t epoch_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> epoch_now_{0};  // epoch_, for Epoch()
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
@@ -554,19 +554,23 @@ void PrefetcherImpl::NewEpochLocked() {
     policy_->NewEpoch();
   }
   replay_ranked_ = false;
-  replay_rank_changes_ = 0;
+  replay_rankings_ = 0;
   if (options_.gate) options_.gate->OnNewEpoch();
   epoch_now_.store(++epoch_, std::memory_order_relaxed);
   RankByReplayLocked();  // a replay predicted from the last epoch's pattern
 }
 
 void PrefetcherImpl::RankByReplayLocked() {
-  const bool replay = PatternLocked() == Pattern::kReplay;
-  if (!policy_ || replay == replay_ranked_ || replay_rank_changes_ >= kMaxReplayRankChanges) {
-    return;
-  }
+  if (!policy_ || !plan_.empty()) return;  // a published plan ranks the tier
+  // Ranked from the first sign of a replay (predicted or named). Until the classifier
+  // has a verdict, a prediction that lapses keeps the ranking: with many workers it
+  // flickers in an epoch's first reads. A verdict other than replay ends it.
+  const bool replay = PatternLocked() == Pattern::kReplay ||
+                      (replay_ranked_ && classifier_.pattern() == Pattern::kUnknown);
+  if (replay == replay_ranked_) return;
+  if (replay && replay_rankings_ == kMaxReplayRankings) return;
   replay_ranked_ = replay;
-  ++replay_rank_changes_;
+  if (replay) ++replay_rankings_;
   spdlog::debug("prefetch: epoch {} {} by the last epoch's order after {} accesses", epoch_,
                 replay ? "ranks the RAM tier" : "no longer ranks the RAM tier",
                 classifier_.accesses());

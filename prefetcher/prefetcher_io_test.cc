@@ -33,7 +33,7 @@ std::string Name(uint32_t i) {
 // source tree records the order it fetched files in.
 class PrefetcherIo : public ::testing::Test {
  protected:
-  static constexpr uint32_t kFiles = 400;
+  static constexpr uint32_t kFiles = 600;
 
   void SetUp() override {
     std::filesystem::create_directory(dir_ / "src");
@@ -79,14 +79,14 @@ class PrefetcherIo : public ::testing::Test {
     p.OnRead(keys_[i], Name(i), 0);
   }
 
-  // An epoch in name order, then the first 200 files of a shuffled one: enough for the
-  // classifier to name it shuffled.
+  // An epoch in name order, then the first 240 files of a shuffled one: enough for the
+  // classifier to name it shuffled (with a last order to compare with, it waits 224).
   void SequentialThenShuffled(Prefetcher& p, uint32_t seed) {
     for (uint32_t i = 0; i < kFiles; ++i) Access(p, i);
     std::vector<uint32_t> shuffled(kFiles);
     std::iota(shuffled.begin(), shuffled.end(), 0u);
     std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(seed));
-    for (uint32_t k = 0; k < 200; ++k) Access(p, shuffled[k]);
+    for (uint32_t k = 0; k < 240; ++k) Access(p, shuffled[k]);
   }
 
   // Waits until the prefetcher has issued no new fetch for 300 ms (at most 20 s).

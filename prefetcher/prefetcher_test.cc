@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "prefetcher/testing/dir_source_tree.h"
+#include "prefetcher/testing/reader_orders.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -186,6 +187,36 @@ TEST(Prefetcher, AReplayKeepsWhatTheNextEpochReadsFirst) {
   };
   const cache::ChunkKey first_read = at(order[5]) < at(order[500]) ? early : late;
   EXPECT_EQ(policy->Victim(), first_read);
+}
+
+// Many DataLoader workers make the replay's prediction flicker in an epoch's first
+// reads (a worker's first files lie far into the last order); the ranking must hold
+// through that until the classifier's verdict, and then stay.
+TEST(Prefetcher, AReplayReadByManyWorkersStaysRanked) {
+  const uint32_t n = 8000;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(21));
+  for (int workers : {4, 8, 16}) {
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+      std::shared_ptr<cache::EvictionPolicy> policy = Prefetcher::NewPolicy(1 << 20);
+      PrefetcherOptions o;
+      o.threads = 0;
+      auto p = Prefetcher::Create(std::move(o), NoSource(), nullptr, policy);
+      for (uint32_t epoch = 0; epoch < 3; ++epoch) {
+        for (uint32_t i : testing::SeenFromDataLoader(order, workers, 32, 100 * seed + epoch)) {
+          Access(*p, i);
+        }
+      }
+      ASSERT_EQ(p->Stats().pattern, Pattern::kReplay) << workers << " workers, seed " << seed;
+      // Both read this epoch: the one the next epoch reads later goes first.
+      const cache::ChunkKey early{1, 100 + order[5], 0};
+      const cache::ChunkKey late{1, 100 + order[n - 500], 0};
+      policy->OnInsert(early, 4096);
+      policy->OnInsert(late, 4096);
+      EXPECT_EQ(policy->Victim(), late) << workers << " workers, seed " << seed;
+    }
+  }
 }
 
 // The ordered patterns' window follows the reader: about a second of its consumption,
