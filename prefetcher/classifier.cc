@@ -112,21 +112,26 @@ void Classifier::ScoreSpread(uint64_t rank) {
   }
 }
 
-double Classifier::sequential_score() const {
-  // Cohen's kappa against chance: (observed - expected) / (all - expected).
-  const double above_chance = static_cast<double>(sequential_hits_) - sequential_by_chance_;
-  const double possible = static_cast<double>(sequential_scored_) - sequential_by_chance_;
+namespace {
+
+// Cohen's kappa against chance: (observed - expected) / (all - expected).
+double HitsAboveChance(uint64_t hits, uint64_t scored, double by_chance) {
+  const double above_chance = static_cast<double>(hits) - by_chance;
+  const double possible = static_cast<double>(scored) - by_chance;
   if (possible <= 0) return 0.0;
   return std::max(0.0, above_chance / possible);
 }
+
+}  // namespace
+
+double Classifier::sequential_score() const {
+  return HitsAboveChance(sequential_hits_, sequential_scored_, sequential_by_chance_);
+}
+
 double Classifier::spread_score() const {
-  // Too few accesses near enough to judge (a random order, or a small previous one):
-  // nothing. Otherwise Cohen's kappa, as for the sequential score.
+  // Too few accesses near enough to judge (a random order, or a small previous one).
   if (spread_scored_ < options_.window) return 0.0;
-  const double above_chance = static_cast<double>(spread_hits_) - spread_by_chance_;
-  const double possible = static_cast<double>(spread_scored_) - spread_by_chance_;
-  if (possible <= 0) return 0.0;
-  return std::max(0.0, above_chance / possible);
+  return HitsAboveChance(spread_hits_, spread_scored_, spread_by_chance_);
 }
 
 double Classifier::replay_score() const {

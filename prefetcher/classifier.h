@@ -76,6 +76,8 @@ class Classifier {
   double sequential_score() const;
   double replay_score() const;
   uint64_t accesses() const { return count_; }
+  // The last epoch's order, as given to NewEpoch.
+  const std::vector<FileKey>& previous() const { return previous_; }
 
  private:
   ClassifierOptions options_;

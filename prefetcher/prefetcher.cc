@@ -578,10 +578,7 @@ void PrefetcherImpl::RankByReplayLocked() {
     policy_->SetPlan({});
     return;
   }
-  std::vector<FileKey> order;
-  order.reserve(previous_order_.size());
-  for (uint32_t i : previous_order_) order.push_back(catalog_[i].first);
-  policy_->SetPlan(order, /*repeats=*/true);
+  policy_->SetPlan(classifier_.previous(), /*repeats=*/true);
 }
 
 void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {

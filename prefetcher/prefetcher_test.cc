@@ -63,8 +63,9 @@ TEST(Prefetcher, EpochsAreCountedAndPatternsNamed) {
   EXPECT_EQ(p->Stats().pattern, Pattern::kReplay);
 }
 
-// The classifier needs 128 accesses of an epoch to name it; until then a shuffled last
-// epoch predicts a shuffled one, so readahead need not wait (and then burst).
+// The classifier needs 128 accesses of an epoch to name it (224 with a last order to
+// compare with); until then a shuffled last epoch predicts a shuffled one, so readahead
+// need not wait (and then burst).
 // Readers out of step: 4 readers each read a quarter of every pass's shuffled order,
 // one after the other, at different speeds, so that near each pass's end the fast ones
 // read the next pass while the slow ones finish this one. Epochs stay about as long as

@@ -1305,8 +1305,9 @@ TEST_P(PushTest, AWarmEpochPassesOverWhatTheKernelHolds) {
   EXPECT_GE(WaitFor(*m, "pushed_files", 300), 300u) << PushSummary(*m);
   // Orders of their own: seed 1 would read FillAndUnmount's first epoch again, which the
   // classifier rightly calls a replay of the recorded order; an epoch after a replay that
-  // does not follow it has no readahead until its own pattern is known (128 accesses),
-  // and those files are read before readahead could pass over them.
+  // does not follow it has no readahead until its own pattern is known (224 accesses
+  // with a last order to compare with), and those files are read before readahead could
+  // pass over them.
   ShuffledEpoch(names, 11);
   WaitFor(*m, "epoch_accesses", 300);
   auto before = m->Stats();
