@@ -17,7 +17,7 @@ const char* PatternName(Pattern pattern) {
   return "unknown";
 }
 
-void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
+void Classifier::NewEpoch(std::shared_ptr<const OrderIndex> previous) {
   count_ = scored_ = sequential_scored_ = sequential_hits_ = replay_scored_ = replay_hits_ = 0;
   sequential_by_chance_ = 0;
   recent_ranks_.clear();
@@ -28,10 +28,11 @@ void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
   spread_by_chance_ = 0;
   seen_paths_.clear();
   seen_.clear();
-  previous_ = previous;
-  previous_rank_.clear();
-  previous_rank_.reserve(previous_.size());
-  for (size_t i = 0; i < previous_.size(); ++i) previous_rank_.emplace(previous_[i], i);
+  previous_ = previous ? std::move(previous) : std::make_shared<const OrderIndex>();
+}
+
+void Classifier::NewEpoch(const std::vector<FileKey>& previous) {
+  NewEpoch(std::make_shared<const OrderIndex>(previous));
 }
 
 void Classifier::Access(const FileKey& file, const std::string& path) {
@@ -61,17 +62,17 @@ void Classifier::Access(const FileKey& file, const std::string& path) {
     }
     seen_paths_.emplace(path, index);
   }
-  if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
-    bool in_order = it->second == 0;
+  if (const std::optional<uint32_t> rank = previous_->Position(file)) {
+    bool in_order = *rank == 0;
     if (!in_order) {
-      auto pred = seen_.find(previous_[it->second - 1]);
+      auto pred = seen_.find(previous_->order()[*rank - 1]);
       in_order = pred != seen_.end() && pred->second >= recent;
     }
     if (score) {
       ++replay_scored_;
       if (in_order) ++replay_hits_;
     }
-    ScoreSpread(it->second);
+    ScoreSpread(*rank);
   }
   seen_[file] = index;
 }
@@ -96,7 +97,7 @@ void Classifier::ScoreSpread(uint64_t rank) {
     }
     // At least a few places either way: one reader's own neighbours.
     const double reach = std::max(8.0, 3.0 * spread);
-    const double n = static_cast<double>(previous_.size());
+    const double n = static_cast<double>(previous_->size());
     const double covered = std::min(n - 1, median + reach) - std::max(0.0, median - reach) + 1;
     if (past && covered / n <= options_.max_spread_share) {
       ++spread_scored_;
@@ -147,7 +148,7 @@ Pattern Classifier::pattern() const {
   // scored accesses): with a last order to compare with, nothing else is named before.
   const uint64_t position_verdict =
       uint64_t{options_.spread_window} + options_.progress_accesses + options_.window;
-  if (!previous_.empty() && count_ < position_verdict) return Pattern::kUnknown;
+  if (!previous_->empty() && count_ < position_verdict) return Pattern::kUnknown;
   if (sequential_score() >= options_.threshold) return Pattern::kSequential;
   return Pattern::kShuffled;
 }

@@ -36,10 +36,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "prefetcher/order_index.h"
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::prefetch {
@@ -68,7 +70,9 @@ class Classifier {
  public:
   explicit Classifier(ClassifierOptions options = {}) : options_(options) {}
 
-  // Starts a new epoch; `previous` is the last epoch's access order (may be empty).
+  // Starts a new epoch; `previous` is the last epoch's access order (may be null or
+  // empty).
+  void NewEpoch(std::shared_ptr<const OrderIndex> previous);
   void NewEpoch(const std::vector<FileKey>& previous);
   // Records the next access of this epoch.
   void Access(const FileKey& file, const std::string& path);
@@ -76,8 +80,6 @@ class Classifier {
   double sequential_score() const;
   double replay_score() const;
   uint64_t accesses() const { return count_; }
-  // The last epoch's order, as given to NewEpoch.
-  const std::vector<FileKey>& previous() const { return previous_; }
 
  private:
   ClassifierOptions options_;
@@ -104,8 +106,7 @@ class Classifier {
   void ScoreSpread(uint64_t rank);
   std::map<std::string, uint64_t> seen_paths_;  // path -> access index
   std::unordered_map<FileKey, uint64_t, FileKeyHash> seen_;           // file -> access index
-  std::unordered_map<FileKey, uint64_t, FileKeyHash> previous_rank_;  // file -> previous pos
-  std::vector<FileKey> previous_;
+  std::shared_ptr<const OrderIndex> previous_ = std::make_shared<const OrderIndex>();
 };
 
 }  // namespace epochfs::prefetch

@@ -78,24 +78,24 @@ std::vector<uint32_t> Sorted() {
 
 TEST(Classifier, SequentialScanIsSequential) {
   Classifier c;
-  c.NewEpoch({});
+  c.NewEpoch(nullptr);
   EXPECT_EQ(Classify(c, Sorted()), Pattern::kSequential);
   EXPECT_GT(c.sequential_score(), 0.99);
 }
 
 TEST(Classifier, FourInterleavedWorkersOnASortedOrderAreSequential) {
   Classifier c;
-  c.NewEpoch({});
+  c.NewEpoch(nullptr);
   EXPECT_EQ(Classify(c, Interleaved(Sorted(), 4, 8)), Pattern::kSequential)
       << c.sequential_score();
   Classifier d;
-  d.NewEpoch({});
+  d.NewEpoch(nullptr);
   EXPECT_EQ(Classify(d, Sliced(Sorted(), 4)), Pattern::kSequential) << d.sequential_score();
 }
 
 TEST(Classifier, RandomPermutationIsShuffled) {
   Classifier c;
-  c.NewEpoch({});
+  c.NewEpoch(nullptr);
   EXPECT_EQ(Classify(c, Shuffled(1)), Pattern::kShuffled);
   EXPECT_LT(c.sequential_score(), 0.3);
   // Also against a previous epoch's different permutation.
@@ -115,7 +115,7 @@ TEST(Classifier, AShuffledEpochIsNeverCalledSequentialWhileItStarts) {
   int epochs_with_one = 0;
   for (uint32_t seed = 100; seed < 300; ++seed) {
     Classifier c;
-    c.NewEpoch({});
+    c.NewEpoch(nullptr);
     bool guessed = false;
     const auto order = Interleaved(Shuffled(seed), 4, 8);
     for (size_t i = 0; i < 1024; ++i) {
@@ -133,7 +133,7 @@ TEST(Classifier, AShuffledEpochIsNeverCalledSequentialWhileItStarts) {
 TEST(Classifier, ASortedEpochIsCalledSequentialAsSoonAsItCanBe) {
   for (int workers : {1, 4, 8}) {
     Classifier c;
-    c.NewEpoch({});
+    c.NewEpoch(nullptr);
     const auto order = Interleaved(Sorted(), workers, 8);
     for (size_t i = 0; i < ClassifierOptions{}.min_accesses; ++i) {
       c.Access(KeyOf(order[i]), PathOf(order[i]));
@@ -241,7 +241,7 @@ TEST(Classifier, AReshuffleReadByConcurrentReadersIsNotReplay) {
 
 TEST(Classifier, TooFewAccessesIsUnknown) {
   Classifier c;
-  c.NewEpoch({});
+  c.NewEpoch(nullptr);
   std::vector<uint32_t> few = Sorted();
   few.resize(50);
   EXPECT_EQ(Classify(c, few), Pattern::kUnknown);

@@ -9,12 +9,15 @@ uint64_t EpochPolicy::RankLocked(const FileKey& file) const {
   if (auto it = read_.find(file); it != read_.end()) {
     // The read used the file's first plan position; its next one, if any, ranks it.
     if (auto later = plan_later_pos_.find(file); later != plan_later_pos_.end()) return later->second;
-    if (plan_repeats_) {
-      if (auto first = plan_pos_.find(file); first != plan_pos_.end()) return plan_size_ + first->second;
+    if (replay_) {
+      if (auto place = replay_->Position(file)) return replay_->size() + *place;  // next run
     }
     return std::numeric_limits<uint64_t>::max() - it->second;  // oldest read is highest
   }
   if (auto it = plan_pos_.find(file); it != plan_pos_.end()) return it->second;
+  if (replay_) {
+    if (auto place = replay_->Position(file)) return *place;
+  }
   return kUnplanned;
 }
 
@@ -63,17 +66,35 @@ void EpochPolicy::NewEpoch() {
   ranks_needed_ = false;
 }
 
-void EpochPolicy::SetPlan(const std::vector<FileKey>& order, bool repeats) {
-  MutexLock lock(mu_);
-  plan_pos_.clear();
-  plan_later_pos_.clear();
-  plan_repeats_ = repeats && !order.empty();
-  plan_size_ = order.size();
-  plan_pos_.reserve(order.size());
+void EpochPolicy::SetPlan(const std::vector<FileKey>& order) {
+  // The tables are built, and the old ones freed, outside mu_: the RAM tier waits on mu_
+  // for every insert and eviction.
+  PositionMap pos;
+  PositionMap later_pos;
+  pos.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    if (!plan_pos_.emplace(order[i], i).second) plan_later_pos_.emplace(order[i], i);
+    if (!pos.emplace(order[i], i).second) later_pos.emplace(order[i], i);
   }
-  ranks_stale_ = true;
+  std::shared_ptr<const OrderIndex> replay;
+  {
+    MutexLock lock(mu_);
+    plan_pos_.swap(pos);
+    plan_later_pos_.swap(later_pos);
+    replay_.swap(replay);
+    ranks_stale_ = true;
+  }
+}
+
+void EpochPolicy::RankByReplay(std::shared_ptr<const OrderIndex> last_epoch) {
+  PositionMap pos;
+  PositionMap later_pos;
+  {
+    MutexLock lock(mu_);
+    plan_pos_.swap(pos);
+    plan_later_pos_.swap(later_pos);
+    replay_.swap(last_epoch);
+    ranks_stale_ = true;
+  }
 }
 
 bool EpochPolicy::WouldAdmit(const FileKey& file, uint64_t bytes) {

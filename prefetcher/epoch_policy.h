@@ -10,8 +10,9 @@
 // A plan may run on into the next epoch (a publisher that knows it, such as
 // DistributedSampler's, appends it), so a file can be in it twice: once a file is read,
 // its next position ranks it, like an unread file's; a file read with no later
-// position is *spent*. A plan may also repeat (a replay: the prefetcher passes the last
-// epoch's order), and then a read file's next position is its place in the next run.
+// position is *spent*. In a replay the prefetcher gives the last epoch's order instead
+// (RankByReplay), which runs again after this epoch: a file's place in it ranks it
+// unread, and its place in that next run once read.
 // A chunk may evict others only if it ranks strictly lower than the worst cached one,
 // and a chunk of a spent file never evicts anything (it would only be useful in some
 // later epoch, and taking room for it is exactly LRU's thrash). Without
@@ -27,12 +28,13 @@
 // was done about it"). From then on until the next epoch, each read reranks its file.
 //
 // Thread-safety: thread-safe. The RAM tier calls the EvictionPolicy methods under its
-// own lock; the prefetcher calls MarkRead/NewEpoch/SetPlan/WouldAdmit from other
+// own lock; the prefetcher calls MarkRead/NewEpoch/SetPlan/RankByReplay/WouldAdmit from other
 // threads. Lock order: RAM tier lock, then mu_. This class never calls the tier.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -43,6 +45,7 @@
 
 #include "base/thread_annotations.h"
 #include "cache/eviction.h"
+#include "prefetcher/order_index.h"
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::prefetch {
@@ -58,10 +61,12 @@ class EpochPolicy final : public cache::EvictionPolicy {
   // A new epoch starts: every file is unread again.
   void NewEpoch();
   // The upcoming order (positions are indices into `order`; a file's first two count);
-  // an empty order clears it. `repeats`: the order runs again after its end (a replay),
-  // so a file read ranks by its position in that next run, as if it were planned twice
-  // (without a second table of the data set's size).
-  void SetPlan(const std::vector<FileKey>& order, bool repeats = false);
+  // an empty order clears it, and any replay ranking.
+  void SetPlan(const std::vector<FileKey>& order);
+  // This epoch replays `last_epoch` (null: no longer), which then runs again: ranked as
+  // a plan that repeats, sharing the prefetcher's table rather than building one.
+  // Replaces any plan.
+  void RankByReplay(std::shared_ptr<const OrderIndex> last_epoch);
   // Whether `bytes` more of `file` would get into the tier now (room, or a worse entry
   // to evict). Approximate: the tier may change before the prefetch lands.
   bool WouldAdmit(const FileKey& file, uint64_t bytes);
@@ -86,7 +91,7 @@ class EpochPolicy final : public cache::EvictionPolicy {
   // Read this epoch, and not in the plan after that read.
   bool SpentLocked(const FileKey& file) const REQUIRES(mu_) {
     return read_.count(file) != 0 && plan_later_pos_.count(file) == 0 &&
-           !(plan_repeats_ && plan_pos_.count(file) != 0);
+           !(replay_ && replay_->Contains(file));
   }
   void RerankLocked() REQUIRES(mu_);
   void RerankFileLocked(const FileKey& file) REQUIRES(mu_);
@@ -99,10 +104,10 @@ class EpochPolicy final : public cache::EvictionPolicy {
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   uint64_t read_seq_ GUARDED_BY(mu_) = 0;
   std::unordered_map<FileKey, uint64_t, FileKeyHash> read_ GUARDED_BY(mu_);  // file -> read seq
-  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_pos_ GUARDED_BY(mu_);  // first use
-  std::unordered_map<FileKey, uint64_t, FileKeyHash> plan_later_pos_ GUARDED_BY(mu_);  // second
-  bool plan_repeats_ GUARDED_BY(mu_) = false;
-  uint64_t plan_size_ GUARDED_BY(mu_) = 0;
+  using PositionMap = std::unordered_map<FileKey, uint64_t, FileKeyHash>;
+  PositionMap plan_pos_ GUARDED_BY(mu_);        // first use
+  PositionMap plan_later_pos_ GUARDED_BY(mu_);  // second
+  std::shared_ptr<const OrderIndex> replay_ GUARDED_BY(mu_);  // RankByReplay
   struct Cached {
     uint64_t rank;
     uint64_t bytes;

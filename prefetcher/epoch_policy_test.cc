@@ -56,11 +56,11 @@ TEST(EpochPolicy, APlanIntoTheNextEpochKeepsAReadFileByItsNextPosition) {
   EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{2, 1, 3}));
 }
 
-// A repeating plan (a replay): a file read ranks by its place in the order's next run,
-// as if the plan named it twice; nothing in it is spent.
-TEST(EpochPolicy, ARepeatingPlanRanksAReadFileByItsPlaceInTheNextRun) {
+// A replay: a file read ranks by its place in the order's next run, as if a plan named
+// it twice; nothing in it is spent.
+TEST(EpochPolicy, AReplayRanksAReadFileByItsPlaceInTheNextRun) {
   EpochPolicy policy(4 * 100);
-  policy.SetPlan({F(1), F(2), F(3), F(4)}, /*repeats=*/true);
+  policy.RankByReplay(std::make_shared<const OrderIndex>(std::vector<FileKey>{F(1), F(2), F(3), F(4)}));
   for (uint64_t ino : {1, 2, 3, 4}) policy.OnInsert(C(ino), 100);
   policy.MarkRead(F(1));
   policy.MarkRead(F(2));
@@ -73,7 +73,12 @@ TEST(EpochPolicy, ARepeatingPlanRanksAReadFileByItsPlaceInTheNextRun) {
   EXPECT_FALSE(policy.AdmitWhenFull(C(5), 100));
   EXPECT_TRUE(policy.AdmitWhenFull(C(1), 100));
   // Cleared, read files go first again, oldest read first.
-  policy.SetPlan({});
+  policy.RankByReplay(nullptr);
+  EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{1, 2, 4, 3}));
+  // A published plan replaces the replay ranking.
+  policy.RankByReplay(std::make_shared<const OrderIndex>(std::vector<FileKey>{F(1), F(2), F(3), F(4)}));
+  policy.SetPlan({F(3)});
+  for (uint64_t ino : {1, 2, 3, 4}) policy.OnInsert(C(ino), 100);
   EXPECT_EQ(EvictionOrder(policy), (std::vector<uint64_t>{1, 2, 4, 3}));
 }
 

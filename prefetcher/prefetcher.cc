@@ -254,7 +254,7 @@ class PrefetcherImpl final : public Prefetcher {
   // again after most of this one); false if there is nothing new for the readahead.
   bool RecordAccessLocked(const FileKey& file, const std::string& path) REQUIRES(mu_);
   bool HandledLocked(const FileKey& key) const REQUIRES(mu_) {
-    return accessed_.count(key) != 0 || prefetched_.count(key) != 0;
+    return accessed_.Contains(key) || prefetched_.count(key) != 0;
   }
   // Whether the kernel's page cache holds the whole file already (a warm epoch): then
   // it is handled for this epoch, and counted. Readahead would otherwise stat it on the
@@ -350,8 +350,15 @@ class PrefetcherImpl final : public Prefetcher {
   std::vector<uint32_t> order_ GUARDED_BY(mu_);
   std::vector<uint32_t> previous_order_ GUARDED_BY(mu_);
   std::deque<size_t> epoch_lengths_ GUARDED_BY(mu_);  // the last kEpochsRemembered epochs' accesses
-  std::unordered_map<FileKey, uint32_t, FileKeyHash> previous_rank_ GUARDED_BY(mu_);
-  std::unordered_set<FileKey, FileKeyHash> accessed_ GUARDED_BY(mu_);  // this epoch
+  // The last epoch's files by place in its order (shared with the classifier and the
+  // RAM policy), and this epoch's so far: the files read this epoch, in the order of
+  // order_.
+  std::shared_ptr<const OrderIndex> previous_ GUARDED_BY(mu_) = std::make_shared<const OrderIndex>();
+  OrderIndex accessed_ GUARDED_BY(mu_);
+  // The index previous_ held before the last NewEpochLocked, for its caller to free
+  // outside mu_: freeing a large one holds the lock up (docs/benchmarks.md, "The epoch
+  // boundary at a million files").
+  std::shared_ptr<const OrderIndex> retired_ GUARDED_BY(mu_);
   std::unordered_set<FileKey, FileKeyHash> prefetched_ GUARDED_BY(mu_);  // issued this epoch
   // Issued this epoch (sequential).
   std::unordered_set<std::string> prefetched_paths_ GUARDED_BY(mu_);
@@ -471,7 +478,7 @@ void PrefetcherImpl::LoadRecord() {
   order_.clear();
   for (uint32_t i : record->order) {
     auto it = catalog_index_.find(record->files[i].first);
-    if (it != catalog_index_.end()) order_.push_back(it->second);
+    if (it != catalog_index_.end() && accessed_.Append(it->first)) order_.push_back(it->second);
   }
   NewEpochLocked();  // the recorded order becomes the previous epoch
   epoch_ = 0;
@@ -528,15 +535,12 @@ void PrefetcherImpl::NewEpochLocked() {
     SaveRecordLocked();
   }
   order_.clear();
-  previous_rank_.clear();
-  std::vector<FileKey> previous;
-  previous.reserve(previous_order_.size());
-  for (size_t i = 0; i < previous_order_.size(); ++i) {
-    previous.push_back(catalog_[previous_order_[i]].first);
-    previous_rank_.emplace(previous.back(), static_cast<uint32_t>(i));
-  }
-  classifier_.NewEpoch(previous);
-  accessed_.clear();
+  // The epoch's files were indexed as they were read: handed on whole, not rebuilt. The
+  // index before is freed by the caller once it has let go of mu_ (retired_).
+  retired_ = std::move(previous_);
+  previous_ = std::make_shared<const OrderIndex>(std::move(accessed_));
+  accessed_ = OrderIndex();
+  classifier_.NewEpoch(previous_);
   prefetched_.clear();
   prefetched_paths_.clear();
   landed_.clear();
@@ -574,18 +578,17 @@ void PrefetcherImpl::RankByReplayLocked() {
   spdlog::debug("prefetch: epoch {} {} by the last epoch's order after {} accesses", epoch_,
                 replay ? "ranks the RAM tier" : "no longer ranks the RAM tier",
                 classifier_.accesses());
-  if (!replay) {
-    policy_->SetPlan({});
-    return;
-  }
-  policy_->SetPlan(classifier_.previous(), /*repeats=*/true);
+  policy_->RankByReplay(replay ? previous_ : nullptr);
 }
 
 void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64_t offset) {
   if (offset != 0) return;
+  std::shared_ptr<const OrderIndex> retired;  // freed after the lock (NewEpochLocked)
   {
     MutexLock lock(mu_);
-    if (!RecordAccessLocked(file, path) || !MayHaveWorkLocked()) return;
+    const bool recorded = RecordAccessLocked(file, path);
+    retired = std::move(retired_);
+    if (!recorded || !MayHaveWorkLocked()) return;
   }
   // One worker is enough to react to an access (room freed, a window moved); waking
   // them all on every file costs more CPU than the readahead saves.
@@ -594,9 +597,11 @@ void PrefetcherImpl::OnRead(const FileKey& file, const std::string& path, uint64
 
 void PrefetcherImpl::OnOpens(const std::vector<Opened>& opens) {
   size_t recorded = 0;
+  std::shared_ptr<const OrderIndex> retired;  // freed after the lock (NewEpochLocked)
   {
     MutexLock lock(mu_);
     for (const Opened& o : opens) recorded += RecordAccessLocked(o.file, o.path) ? 1 : 0;
+    retired = std::move(retired_);
     if (!MayHaveWorkLocked()) return;
   }
   // One worker per access, as OnRead wakes, up to the base number of workers (the
@@ -619,7 +624,7 @@ void PrefetcherImpl::OnListed(const std::vector<Opened>& files) {
 }
 
 bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& path) {
-  if (accessed_.count(file) != 0) {
+  if (accessed_.Contains(file)) {
     const size_t longest =
         epoch_lengths_.empty() ? 0 : *std::max_element(epoch_lengths_.begin(), epoch_lengths_.end());
     const size_t need = longest == 0 ? kFirstEpochMinAccesses
@@ -633,7 +638,7 @@ bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& 
   const std::optional<uint32_t> known = CatalogIndexLocked(file, path);
   if (!known) return false;  // served, but the tables have no room to track it
   const uint32_t index = *known;
-  accessed_.insert(file);
+  accessed_.Append(file);
   CountAccessLocked();
   order_.push_back(index);
   classifier_.Access(file, catalog_[index].second);
@@ -641,8 +646,8 @@ bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& 
   if (auto it = plan_index_.find(file); it != plan_index_.end()) {
     plan_cursor_ = std::max<size_t>(plan_cursor_, it->second);
   }
-  if (auto it = previous_rank_.find(file); it != previous_rank_.end()) {
-    replay_cursor_ = std::max<size_t>(replay_cursor_, it->second);
+  if (const std::optional<uint32_t> place = previous_->Position(file)) {
+    replay_cursor_ = std::max<size_t>(replay_cursor_, *place);
   }
   RankByReplayLocked();
   if (!catalog_[index].second.empty()) last_path_ = catalog_[index].second;
@@ -671,10 +676,12 @@ void PrefetcherImpl::CountAccessLocked() {
 }
 
 void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) {
+  std::shared_ptr<const OrderIndex> retired;  // freed after the lock (NewEpochLocked)
   {
     MutexLock lock(mu_);
     if (new_epoch) {
       NewEpochLocked();
+      retired = std::move(retired_);
     } else {
       // Another publisher's plan joined or left: the same epoch, a new merged order.
       plan_index_.clear();
@@ -694,7 +701,7 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint
       plan_order_.push_back(CatalogIndexLocked(plan_[i].key, plan_[i].path).value_or(kUntracked));
       // Mid-epoch, the reader is as far as the furthest entry it has read (a file's
       // second entry, in the next epoch, is not read yet).
-      if (!new_epoch && first_use && accessed_.count(plan_[i].key) != 0) plan_cursor_ = i;
+      if (!new_epoch && first_use && accessed_.Contains(plan_[i].key)) plan_cursor_ = i;
     }
     if (policy_) policy_->SetPlan(keys);
     replay_ranked_ = false;  // the plan's ranks replaced the replay's
@@ -1038,7 +1045,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
       const FileKey key{id.dev, id.ino};
       {
         MutexLock lock(mu_);
-        if (accessed_.count(key) != 0) return false;  // the reader got there first
+        if (accessed_.Contains(key)) return false;  // the reader got there first
       }
       if (!pages->TakeWhole(id, bytes)) return false;
       in_kernel.insert(key);
@@ -1053,7 +1060,7 @@ std::vector<Candidate> PrefetcherImpl::StreamBatch(std::vector<Candidate> batch)
       const FileKey key{ids[k].dev, ids[k].ino};
       if (!batch[which[k]].key) prefetched_.insert(key);
       const bool pushed = in_kernel.count(key) != 0;
-      if (!pushed && accessed_.count(key) != 0) continue;  // the reader got there first
+      if (!pushed && accessed_.Contains(key)) continue;  // the reader got there first
       if (brought[k]) {
         ++prefetched_count_;
         landed_.insert(key);
@@ -1083,7 +1090,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     MutexLock lock(mu_);
     // The reader got there first while this waited: nothing to do (the access counted
     // it as overtaken).
-    if (candidate.key && accessed_.count(*candidate.key) != 0) return;
+    if (candidate.key && accessed_.Contains(*candidate.key)) return;
     while (!stop_ && source_inflight_ >= DepthLocked()) {
       if (!GateAllowsLocked()) {  // closed: the file is left to the reader
         if (candidate.key) taken_.erase(*candidate.key);
@@ -1115,7 +1122,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
   if (!candidate.key && PassedOverNow(key)) return;
   {
     MutexLock lock(mu_);
-    if (accessed_.count(key) != 0) return;  // the reader got there first
+    if (accessed_.Contains(key)) return;  // the reader got there first
     if (!candidate.key) prefetched_.insert(key);
   }
   const auto started = std::chrono::steady_clock::now();
@@ -1138,7 +1145,7 @@ void PrefetcherImpl::Fetch(const Candidate& candidate) {
     if (done->source_reads > 0) ++prefetch_filled_;
     return;  // far ahead: pushing it now would only fill the page cache early
   }
-  if (done->chunks_in_ram > 0 && accessed_.count(key) == 0) {
+  if (done->chunks_in_ram > 0 && !accessed_.Contains(key)) {
     ++prefetched_count_;
     landed_.insert(key);
     lock.Unlock();
@@ -1152,7 +1159,7 @@ void PrefetcherImpl::PushToKernel(const cache::SourceIdentity& id) {
   if (pages == nullptr) return;
   {
     MutexLock lock(mu_);
-    if (accessed_.count(FileKey{id.dev, id.ino}) != 0) return;  // the reader got there first
+    if (accessed_.Contains(FileKey{id.dev, id.ino})) return;  // the reader got there first
   }
   pages->Offer(id);  // now, or once the kernel has the file's inode (kernel_pages.h)
 }
