@@ -176,8 +176,25 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   if (!fd.ok()) return fd.status();
   auto st = StatFd(fd->get());
   if (!st.ok()) return st.status();
+  // "notify" mode: the reply gives the kernel fresh attributes of a file it may hold
+  // pages of (a LOOKUP after the entry timeout; a READDIRPLUS: `ls -l`, a data set's
+  // scan, the daemon's own listings), so it is checked as a GETATTR is (GetAttrByNode):
+  // otherwise listings would keep the attributes fresh, and the GETATTR that finds a
+  // change inotify missed would never come. Observed first, then stated again.
+  std::shared_ptr<Inode> known;
+  InodeTable::Observation seen;
+  if (ChangeWatcher* watcher = watcher_.load();
+      watcher != nullptr && watcher->follows_contents() && S_ISREG(st->st_mode)) {
+    known = inodes_.FindBySource(st->st_dev, st->st_ino);
+    if (known) {
+      seen = InodeTable::Observe(*known);
+      st = StatFd(fd->get());
+      if (!st.ok()) return st.status();
+    }
+  }
   auto inode = inodes_.Remember(parent, name, *st, std::move(*fd),
                                 KnownByAnotherDeadName(*parent, name, *st));
+  if (known && inode == known) CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen);
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
     if (SourceObserver* observer = observer_.load()) observer->DirectoryKnown(*inode);

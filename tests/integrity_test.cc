@@ -351,6 +351,53 @@ TEST_F(MountedDirsTest, NotifyModeSeesAHardLinkWriteAtTheNextReadThatMisses) {
   ::close(fd);
 }
 
+// The same write, seen by a listing (READDIRPLUS: `ls -l`, a data set class's scan, the
+// daemon's own listings): it gives the kernel the file's attributes as a GETATTR does,
+// and checks the identity as a GETATTR does. Without that check, listings would keep
+// the attributes fresh and the GETATTR that finds the change would never come; here
+// the reader never stats at all (it opens and reads, as `head` does), so only the
+// listing can see it.
+TEST_F(MountedDirsTest, NotifyModeSeesAHardLinkWriteAtTheNextListing) {
+  fsys::create_directories(src_ / "d");
+  WriteFile(src_ / "d" / "f", std::string(4096, 'a'));
+  AgeFile(src_ / "d" / "f", 3600);
+  const fsys::path outside = dir_ / "outside";
+  ASSERT_EQ(::link((src_ / "d" / "f").c_str(), outside.c_str()), 0);
+  // Past the racily-clean window (its ctime is now): else the identity the READ records
+  // is distrusted and the page dropped a moment later anyway, listing or not.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // No readahead: its own identity check of a file it finds opened would see the
+  // change too, sooner or later; only the listing is under test.
+  Mount m(src_, mnt_, cache_, {"--consistency", "notify", "--prefetch", "0"});
+  ASSERT_TRUE(m.ok()) << m.output();
+  const auto first_byte = [&] {
+    char c = 0;
+    int fd = ::open((mnt_ / "d" / "f").c_str(), O_RDONLY);
+    if (fd < 0 || ::pread(fd, &c, 1, 0) != 1) ADD_FAILURE() << "read: " << std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return c;
+  };
+  ASSERT_EQ(first_byte(), 'a');  // the kernel holds its page now
+  {
+    int w = ::open(outside.c_str(), O_WRONLY);
+    ASSERT_GE(w, 0);
+    ASSERT_EQ(::pwrite(w, "B", 1, 0), 1);  // same size: the kernel keeps its page
+    ::close(w);
+  }
+  for (const auto& entry : fsys::directory_iterator(mnt_ / "d")) (void)entry;
+  bool fresh = false;
+  // The drop follows the listing's reply within milliseconds. Not a second: this VM's
+  // kernel reclaims idle page-cache pages on its own about then (docs/benchmarks.md,
+  // "This VM takes page-cache pages back on its own"), and a READ after that would
+  // read the new byte whatever the listing did.
+  for (int i = 0; i < 30 && !fresh; i++) {
+    fresh = first_byte() == 'B';
+    if (!fresh) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(fresh) << "the listing showed the change but the kernel kept the old page";
+  EXPECT_GE(m.Stats()["identity_invalidations"].get<uint64_t>(), 1u);
+}
+
 // A daemon started under a low fd limit (a container, LimitNOFILE=256) still serves a
 // job that holds 2,000 files open at once: handles share the fds it may have
 // (fs/file_handle.h) instead of failing opens with EMFILE.
