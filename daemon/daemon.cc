@@ -541,6 +541,7 @@ void Daemon::StartPushing() {
   mount.invalidator = invalidator_.get();
   mount.prefetcher = prefetcher_.get();
   mount.ram_budget = options_.ram_budget;
+  mount.read_only = options_.read_only;
   kernel_cache_->Start(mount);
 }
 

@@ -1,6 +1,7 @@
 #include "kernel_cache/kernel_activity.h"
 
 #include "kernel_cache/access_watcher.h"
+#include "kernel_cache/attr_refresh.h"
 #include "kernel_cache/page_cache_pusher.h"
 #include "kernel_cache/residency.h"
 #include "fs/source_fs.h"
@@ -80,6 +81,9 @@ void KernelActivity::DemandRead(const fs::Inode& node, uint64_t offset) {
 
 void KernelActivity::ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t bytes,
                                   const cache::SourceIdentity& file) {
+  if (AttrRefresh* refresh = attr_refresh_.load(); refresh && offset + bytes >= file.size) {
+    refresh->ReadToEnd(fs_.RelativePath(node));
+  }
   if (!residency_.NoteRead(node, offset, bytes, file.size)) return;
   if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(node, file);
 }

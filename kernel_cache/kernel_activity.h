@@ -10,7 +10,9 @@
 //  - pushing: a file read ahead whose push found no inode in the kernel is pushed by its
 //    OPEN, and a READ that completes a whole file tells the pusher
 //    (PageCachePusher::AfterWholeRead: under a memory limit its pages are charged or
-//    dropped).
+//    dropped);
+//  - attributes: a READ that reaches a file's end tells AttrRefresh, which lists its
+//    folder again once most of it was read (the READ left the kernel's atime stale).
 // Made before the session, with none of the watcher and the pusher; they are attached
 // once they exist and detached before they go.
 //
@@ -31,6 +33,7 @@ class SourceFs;
 namespace epochfs::kernel_cache {
 
 class AccessWatcher;
+class AttrRefresh;
 class PageCachePusher;
 class Residency;
 
@@ -46,6 +49,8 @@ class KernelActivity final : public fs::SourceObserver {
   void ReportOpensAsAccesses(bool report) { opens_are_accesses_.store(report); }
   // From now on OPENs and whole READs go to `pusher` too; null: no more.
   void SetPusher(PageCachePusher* pusher) { pusher_.store(pusher); }
+  // From now on READs that reach a file's end go to `refresh` too; null: no more.
+  void SetAttrRefresh(AttrRefresh* refresh) { attr_refresh_.store(refresh); }
 
   // SourceObserver
   void DirectoryKnown(const fs::Inode& dir) override;
@@ -68,6 +73,7 @@ class KernelActivity final : public fs::SourceObserver {
   prefetch::Prefetcher* const prefetcher_;
   std::atomic<AccessWatcher*> access_{nullptr};
   std::atomic<PageCachePusher*> pusher_{nullptr};
+  std::atomic<AttrRefresh*> attr_refresh_{nullptr};
   std::atomic<bool> opens_are_accesses_{false};
   std::atomic<uint64_t> pushes_at_open_{0};
 };

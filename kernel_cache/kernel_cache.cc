@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernel_cache/access_watcher.h"
+#include "kernel_cache/attr_refresh.h"
 #include "kernel_cache/kernel_activity.h"
 #include "kernel_cache/kernel_listing.h"
 #include "kernel_cache/page_cache_pusher.h"
@@ -35,7 +36,14 @@ fs::SourceObserver& KernelCache::Observe(const fs::SourceFs& fs, prefetch::Prefe
 }
 
 void KernelCache::Start(const Mount& mount) {
-  if (!pusher_ || !activity_ || mount.prefetcher == nullptr || started_) return;
+  if (!pusher_ || !activity_ || started_) return;
+  // Listings give attributes (READDIRPLUS) because pushing asks for every listing to
+  // (DoInit); a read-only mount's READs leave them fresh.
+  if (!mount.read_only && !attr_refresh_) {
+    attr_refresh_ = std::make_unique<AttrRefresh>(mount.mountpoint);
+    activity_->SetAttrRefresh(attr_refresh_.get());
+  }
+  if (mount.prefetcher == nullptr) return;
   // Pushed files are read with no READ: the prefetcher must see their opens some other
   // way. In "open" mode every open of a file reaches the daemon as an OPEN, which is the
   // access. In "notify" mode the kernel opens files alone, and a fanotify watcher
@@ -87,6 +95,10 @@ void KernelCache::Start(const Mount& mount) {
 
 void KernelCache::Stop() {
   if (prefetcher_) prefetcher_->AttachKernelPages(nullptr);
+  if (attr_refresh_) {
+    activity_->SetAttrRefresh(nullptr);
+    attr_refresh_->Stop();
+  }
   if (!started_) return;
   started_ = false;
   if (listing_) listing_->Stop();
@@ -99,6 +111,7 @@ void KernelCache::VisitCounters(const KernelCache* kernel_cache, const CounterVi
   PageCachePusher::VisitCounters(kernel_cache ? kernel_cache->pusher_.get() : nullptr, visit);
   AccessWatcher::VisitCounters(kernel_cache ? kernel_cache->access_.get() : nullptr, visit);
   KernelActivity::VisitCounters(kernel_cache ? kernel_cache->activity_.get() : nullptr, visit);
+  AttrRefresh::VisitCounters(kernel_cache ? kernel_cache->attr_refresh_.get() : nullptr, visit);
 }
 
 }  // namespace epochfs::kernel_cache

@@ -18,7 +18,9 @@
 //  - the opens the kernel makes without asking the daemon (AccessWatcher, "notify"
 //    mode), which are the prefetcher's accesses once reads no longer reach the daemon;
 //  - the listing after a restart (KernelListing), which gives the kernel inodes to push
-//    into before a reader that never lists opens its files.
+//    into before a reader that never lists opens its files;
+//  - the kernel's attributes of files it read with READs, which a READ leaves stale
+//    (AttrRefresh lists their folders again, so that the next opens cost no GETATTR).
 // The rest of the daemon sees this header only.
 //
 // Life: made before the cache (drop_callback), observing SourceFs once it exists
@@ -47,6 +49,7 @@
 namespace epochfs::kernel_cache {
 
 class AccessWatcher;
+class AttrRefresh;
 class KernelActivity;
 class KernelListing;
 class PageCachePusher;
@@ -80,6 +83,7 @@ class KernelCache {
     fs::Invalidator* invalidator = nullptr;
     prefetch::Prefetcher* prefetcher = nullptr;
     uint64_t ram_budget = 0;  // --ram
+    bool read_only = false;   // --read-only: READs leave the kernel's attributes fresh
   };
   // Once the mount answers: sees opens (the access watcher, or OPENs in "open" mode),
   // then pushes (both or neither: pushed pages nobody sees read would hold the RAM
@@ -101,6 +105,7 @@ class KernelCache {
   std::unique_ptr<KernelActivity> activity_;
   std::unique_ptr<AccessWatcher> access_;
   std::unique_ptr<KernelListing> listing_;
+  std::unique_ptr<AttrRefresh> attr_refresh_;
   prefetch::Prefetcher* prefetcher_ = nullptr;
   bool started_ = false;
 };

@@ -1,0 +1,142 @@
+#include "kernel_cache/attr_refresh.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "base/thread_name.h"
+#include "base/unique_fd.h"
+#include "spdlog/spdlog.h"
+
+namespace epochfs::kernel_cache {
+namespace {
+
+// How often the thread looks for folders to list while reads come, and the most entries
+// it lists in one look: a listing holds its folder open, and `epochfs umount` retries an
+// EBUSY unmount for a second only (cli/mount_command.cc), so the thread lists in short
+// bursts with a tick's pause between them, never for long at a stretch.
+constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr uint64_t kEntriesPerTick = 2048;
+
+std::string FolderOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+}  // namespace
+
+AttrRefresh::AttrRefresh(std::filesystem::path mountpoint)
+    : mountpoint_(std::move(mountpoint)), thread_([this] { Run(); }) {}
+
+AttrRefresh::~AttrRefresh() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void AttrRefresh::Stop() {
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+void AttrRefresh::ReadToEnd(const std::string& path) {
+  MutexLock lock(mu_);
+  if (stop_) return;
+  Folder& folder = folders_[FolderOf(path)];
+  ++folder.pending;
+  folder.last_read = std::chrono::steady_clock::now();
+}
+
+bool AttrRefresh::Due(const Folder& folder, std::chrono::steady_clock::time_point now) {
+  if (folder.pending == 0 || folder.entries > kMaxEntries) return false;
+  const bool quiet = now - folder.last_read >= kQuiet;
+  // A listed entry costs the daemon about what the GETATTR it saves would (a lookup in
+  // the source each), so a folder is listed only when most of it is due: the listing
+  // then costs no more CPU than the GETATTRs, and none of it is in the readers' opens.
+  if (folder.entries == 0) {
+    return folder.pending >= kFirstBatch || (quiet && folder.pending >= kFirstBatchQuiet);
+  }
+  if (4 * uint64_t{folder.pending} >= 3 * folder.entries) return true;
+  return quiet && 4 * uint64_t{folder.pending} >= folder.entries;
+}
+
+void AttrRefresh::Run() {
+  NameThisThread("attr-refresh");
+  MutexLock lock(mu_);
+  while (!stop_) {
+    lock.WaitFor(cv_, kTick);
+    if (stop_) break;
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::string> due;
+    for (const auto& [name, folder] : folders_) {
+      if (Due(folder, now)) due.push_back(name);
+    }
+    uint64_t listed = 0;
+    for (const std::string& name : due) {
+      if (stop_ || listed >= kEntriesPerTick) break;  // the rest at the next tick
+      const uint32_t pending = std::exchange(folders_[name].pending, 0);
+      lock.Unlock();
+      const uint64_t entries = List(name);
+      lock.Lock();
+      listed += entries;
+      listings_.fetch_add(1, std::memory_order_relaxed);
+      entries_listed_.fetch_add(entries, std::memory_order_relaxed);
+      files_refreshed_.fetch_add(pending, std::memory_order_relaxed);
+      // A folder that could not be listed (gone, or the mount going) is not tried again
+      // until more of its files are read; one listed empty keeps 1 so that it is known.
+      folders_[name].entries = std::max<uint64_t>(entries, 1);
+    }
+  }
+}
+
+uint64_t AttrRefresh::List(const std::string& folder) const {
+  const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    spdlog::debug("attr refresh: open {}: {}", dir.string(), std::strerror(errno));
+    return 0;
+  }
+  // getdents64 straight, as KernelListing: readdir() would add only a buffer.
+  alignas(8) char buf[64 * 1024];
+  uint64_t entries = 0;
+  while (entries <= kMaxEntries) {
+    const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
+    if (n <= 0) break;  // the end, or an error (the connection went)
+    for (long at = 0; at < n; ++entries) {
+      at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
+    }
+  }
+  return std::min(entries, kMaxEntries + 1);
+}
+
+void AttrRefresh::VisitCounters(const AttrRefresh* refresh, const CounterVisitor& visit) {
+  constexpr auto kCounter = CounterKind::kCounter;
+  const auto value = [refresh](const std::atomic<uint64_t> AttrRefresh::*counter) -> uint64_t {
+    return refresh ? (refresh->*counter).load(std::memory_order_relaxed) : 0;
+  };
+  visit(CounterInfo{"attr_refresh_listings",
+                    "Folders listed again through the mount so that the kernel's attributes "
+                    "of the files READs just read are fresh (no GETATTR at their next stat).",
+                    kCounter}
+            .Show({.row = "kernel attrs", .label = "folders relisted", .quiet = true}),
+        value(&AttrRefresh::listings_));
+  visit(CounterInfo{"attr_refresh_entries",
+                    "Entries those listings gave the kernel.", kCounter}
+            .Show({.row = "kernel attrs", .label = "entries", .quiet = true}),
+        value(&AttrRefresh::entries_listed_));
+  visit(CounterInfo{"attr_refresh_files",
+                    "Files read by READs whose attributes those listings refreshed.", kCounter}
+            .Show({.row = "kernel attrs", .label = "files refreshed", .quiet = true}),
+        value(&AttrRefresh::files_refreshed_));
+}
+
+}  // namespace epochfs::kernel_cache
