@@ -48,8 +48,8 @@ class AttrRefresh {
 
   // A READ of the file at `path` (relative to the mount) reached the file's end.
   void ReadToEnd(const std::string& path);
-  // No folder is listed after this; returns once a listing in progress is done, or at
-  // once if the session already ended.
+  // No folder is listed after this one; returns at once (a listing in progress ends
+  // when its READDIRPLUS is answered, or when the session goes).
   void Stop();
 
   // Names the counters; `refresh` may be null: they are then 0.
