@@ -52,13 +52,18 @@ void AttrRefresh::ReadToEnd(const std::string& path) {
   MutexLock lock(mu_);
   if (stop_) return;
   Folder& folder = folders_[FolderOf(path)];
+  const auto now = std::chrono::steady_clock::now();
+  if (folder.last_read != std::chrono::steady_clock::time_point{}) {
+    folder.gap = (3 * folder.gap + (now - folder.last_read)) / 4;
+  }
   ++folder.pending;
-  folder.last_read = std::chrono::steady_clock::now();
+  folder.last_read = now;
 }
 
 bool AttrRefresh::Due(const Folder& folder, std::chrono::steady_clock::time_point now) {
   if (folder.pending == 0 || folder.entries > kMaxEntries) return false;
-  const bool quiet = now - folder.last_read >= kQuiet;
+  const bool quiet = now - folder.last_read >= std::max<std::chrono::steady_clock::duration>(
+                                                  kQuiet, kQuietGaps * folder.gap);
   // A listed entry costs the daemon about what the GETATTR it saves would (a lookup in
   // the source each), so a folder is listed only when most of it is due: the listing
   // then costs no more CPU than the GETATTRs, and none of it is in the readers' opens.
@@ -85,25 +90,32 @@ void AttrRefresh::Run() {
       if (stop_ || listed >= kEntriesPerTick) break;  // the rest at the next tick
       const uint32_t pending = std::exchange(folders_[name].pending, 0);
       lock.Unlock();
-      const uint64_t entries = List(name);
+      const auto started = std::chrono::steady_clock::now();
+      const std::optional<uint64_t> entries = List(name);
+      const auto took = std::chrono::steady_clock::now() - started;
       lock.Lock();
-      listed += entries;
+      Folder& folder = folders_[name];
+      if (!entries || took > kMaxListing) {
+        // Gone, the mount going, or a source too slow to list: never again.
+        folder.entries = kMaxEntries + 1;
+        if (!entries) continue;
+      } else {
+        folder.entries = std::max<uint64_t>(*entries, 1);  // one listed empty is known
+      }
+      listed += *entries;
       listings_.fetch_add(1, std::memory_order_relaxed);
-      entries_listed_.fetch_add(entries, std::memory_order_relaxed);
+      entries_listed_.fetch_add(*entries, std::memory_order_relaxed);
       files_refreshed_.fetch_add(pending, std::memory_order_relaxed);
-      // A folder that could not be listed (gone, or the mount going) is not tried again
-      // until more of its files are read; one listed empty keeps 1 so that it is known.
-      folders_[name].entries = std::max<uint64_t>(entries, 1);
     }
   }
 }
 
-uint64_t AttrRefresh::List(const std::string& folder) const {
+std::optional<uint64_t> AttrRefresh::List(const std::string& folder) const {
   const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) {
     spdlog::debug("attr refresh: open {}: {}", dir.string(), std::strerror(errno));
-    return 0;
+    return std::nullopt;
   }
   // getdents64 straight, as KernelListing: readdir() would add only a buffer.
   alignas(8) char buf[64 * 1024];

@@ -15,7 +15,8 @@
 // When: a listed entry costs the daemon about what a GETATTR does (docs/benchmarks.md),
 // so a folder is listed once three quarters of its files were read to their end since
 // its last listing, or once its reads went quiet with a quarter of them pending (the
-// last files of an epoch). A folder never listed yet is listed after kFirstBatch such
+// last files of an epoch). A folder whose open fails, or whose listing took longer than
+// kMaxListing, is not listed again. A folder never listed yet is listed after kFirstBatch such
 // files, or kFirstBatchQuiet once quiet (a restart's few READs list nothing). A folder of
 // more than kMaxEntries entries is left alone after its first listing (which stops
 // there): each listing would give the kernel that many inodes to hold. The same
@@ -30,6 +31,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -58,23 +60,33 @@ class AttrRefresh {
   // A folder never listed by this class is listed once this many of its files were read.
   static constexpr uint32_t kFirstBatch = 16;
   static constexpr uint32_t kFirstBatchQuiet = 4;
-  // How long a folder's reads must have been quiet for its last few files to be listed.
+  // How long a folder's reads must have been quiet for its last few files to be listed:
+  // kQuietGaps times the usual gap between its reads, and at least kQuiet (a folder of
+  // a data set with a thousand of them is read a few times a second: its gaps are not
+  // the end of its reads).
   static constexpr std::chrono::milliseconds kQuiet{200};
+  static constexpr int kQuietGaps = 8;
   // The largest folder listed again.
   static constexpr uint64_t kMaxEntries = 8192;
+  // A folder whose listing held it open longer than this is not listed again (a slow
+  // source: the listing holds the folder open, and an unmount meanwhile is EBUSY).
+  static constexpr std::chrono::milliseconds kMaxListing{500};
 
  private:
   struct Folder {
     uint32_t pending = 0;  // files read to their end since the last listing
-    // At the last listing; 0: never listed; over kMaxEntries: too large to list.
+    // At the last listing; 0: never listed; over kMaxEntries: not to be listed (too
+    // large, too slow, or it could not be opened).
     uint64_t entries = 0;
     std::chrono::steady_clock::time_point last_read;
+    std::chrono::steady_clock::duration gap{};  // between its reads, smoothed
   };
   // Whether `folder` should be listed now.
   static bool Due(const Folder& folder, std::chrono::steady_clock::time_point now);
   void Run();
-  // Lists `folder` through the mount; the entries seen (kMaxEntries + 1: it stopped).
-  uint64_t List(const std::string& folder) const;
+  // Lists `folder` through the mount; the entries seen (kMaxEntries + 1: it stopped),
+  // nullopt if it could not be opened.
+  std::optional<uint64_t> List(const std::string& folder) const;
 
   const std::filesystem::path mountpoint_;
   Mutex mu_;
