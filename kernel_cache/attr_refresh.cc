@@ -1,19 +1,11 @@
 #include "kernel_cache/attr_refresh.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "base/thread_name.h"
-#include "base/unique_fd.h"
-#include "spdlog/spdlog.h"
+#include "kernel_cache/kernel_listing.h"
 
 namespace epochfs::kernel_cache {
 namespace {
@@ -24,11 +16,6 @@ namespace {
 // bursts with a tick's pause between them, never for long at a stretch.
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr uint64_t kEntriesPerTick = 2048;
-
-std::string FolderOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash);
-}
 
 }  // namespace
 
@@ -51,7 +38,7 @@ void AttrRefresh::Stop() {
 void AttrRefresh::ReadToEnd(const std::string& path) {
   MutexLock lock(mu_);
   if (stop_) return;
-  Folder& folder = folders_[FolderOf(path)];
+  Folder& folder = folders_[KernelListing::FolderOf(path)];
   const auto now = std::chrono::steady_clock::now();
   if (folder.last_read != std::chrono::steady_clock::time_point{}) {
     folder.gap = (3 * folder.gap + (now - folder.last_read)) / 4;
@@ -91,7 +78,8 @@ void AttrRefresh::Run() {
       const uint32_t pending = std::exchange(folders_[name].pending, 0);
       lock.Unlock();
       const auto started = std::chrono::steady_clock::now();
-      const std::optional<uint64_t> entries = List(name);
+      const std::optional<uint64_t> entries =
+          KernelListing::ListFolder(name.empty() ? mountpoint_ : mountpoint_ / name, kMaxEntries);
       const auto took = std::chrono::steady_clock::now() - started;
       lock.Lock();
       Folder& folder = folders_[name];
@@ -100,7 +88,8 @@ void AttrRefresh::Run() {
         folder.entries = kMaxEntries + 1;
         if (!entries) continue;
       } else {
-        folder.entries = std::max<uint64_t>(*entries, 1);  // one listed empty is known
+        // One listed empty is known; one past kMaxEntries is never listed again.
+        folder.entries = std::max<uint64_t>(std::min(*entries, kMaxEntries + 1), 1);
       }
       listed += *entries;
       listings_.fetch_add(1, std::memory_order_relaxed);
@@ -108,26 +97,6 @@ void AttrRefresh::Run() {
       files_refreshed_.fetch_add(pending, std::memory_order_relaxed);
     }
   }
-}
-
-std::optional<uint64_t> AttrRefresh::List(const std::string& folder) const {
-  const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) {
-    spdlog::debug("attr refresh: open {}: {}", dir.string(), std::strerror(errno));
-    return std::nullopt;
-  }
-  // getdents64 straight, as KernelListing: readdir() would add only a buffer.
-  alignas(8) char buf[64 * 1024];
-  uint64_t entries = 0;
-  while (entries <= kMaxEntries) {
-    const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
-    if (n <= 0) break;  // the end, or an error (the connection went)
-    for (long at = 0; at < n; ++entries) {
-      at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
-    }
-  }
-  return std::min(entries, kMaxEntries + 1);
 }
 
 void AttrRefresh::VisitCounters(const AttrRefresh* refresh, const CounterVisitor& visit) {

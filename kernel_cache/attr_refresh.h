@@ -20,7 +20,8 @@
 // files, or kFirstBatchQuiet once quiet (a restart's few READs list nothing). A folder of
 // more than kMaxEntries entries is left alone after its first listing (which stops
 // there): each listing would give the kernel that many inodes to hold. The same
-// mechanics as KernelListing: getdents64 on the mount, a FUSE worker answers.
+// mechanics as KernelListing (KernelListing::ListFolder): getdents64 on the mount, a
+// FUSE worker answers.
 //
 // Thread-safety: ReadToEnd from any thread (it only records); the listing runs on one
 // thread of its own. Stop() before the session ends; destroy after it.
@@ -31,7 +32,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -84,9 +84,6 @@ class AttrRefresh {
   // Whether `folder` should be listed now.
   static bool Due(const Folder& folder, std::chrono::steady_clock::time_point now);
   void Run();
-  // Lists `folder` through the mount; the entries seen (kMaxEntries + 1: it stopped),
-  // nullopt if it could not be opened.
-  std::optional<uint64_t> List(const std::string& folder) const;
 
   const std::filesystem::path mountpoint_;
   Mutex mu_;

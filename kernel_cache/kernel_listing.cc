@@ -33,19 +33,41 @@ KernelListing::~KernelListing() {
 std::vector<std::string> KernelListing::FoldersOf(const std::vector<std::string>& paths) {
   std::vector<std::string> folders;
   folders.reserve(paths.size() / 64 + 1);
-  for (const std::string& path : paths) {
-    const size_t slash = path.rfind('/');
-    folders.push_back(slash == std::string::npos ? std::string() : path.substr(0, slash));
-  }
+  for (const std::string& path : paths) folders.push_back(FolderOf(path));
   std::sort(folders.begin(), folders.end());
   folders.erase(std::unique(folders.begin(), folders.end()), folders.end());
   return folders;
 }
 
-void KernelListing::Run() {
-  NameThisThread("kernel-listing");
+std::string KernelListing::FolderOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+std::optional<uint64_t> KernelListing::ListFolder(const std::filesystem::path& dir,
+                                                  uint64_t max_entries,
+                                                  const std::atomic<bool>* stop) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    // Gone since it was recorded or read, or the mount is going: neither is an error.
+    spdlog::debug("listing {}: open: {}", dir.string(), std::strerror(errno));
+    return std::nullopt;
+  }
   // getdents64 straight: readdir() would add nothing but a buffer of its own.
   alignas(8) char buf[64 * 1024];
+  uint64_t entries = 0;
+  while (entries <= max_entries && (stop == nullptr || !stop->load(std::memory_order_relaxed))) {
+    const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
+    if (n <= 0) break;  // the end, or an error (the connection went)
+    for (long at = 0; at < n; ++entries) {
+      at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
+    }
+  }
+  return entries;
+}
+
+void KernelListing::Run() {
+  NameThisThread("kernel-listing");
   while (true) {
     const size_t index = next_.fetch_add(1, std::memory_order_relaxed);
     if (index >= folders_.size() || stop_.load(std::memory_order_relaxed) ||
@@ -54,21 +76,9 @@ void KernelListing::Run() {
     }
     const std::string& folder = folders_[index];
     const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
-    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd) {
-      // Gone since the record was written, or the mount is going: neither is an error.
-      spdlog::debug("kernel listing: open {}: {}", dir.string(), std::strerror(errno));
-      continue;
-    }
-    while (!stop_.load(std::memory_order_relaxed)) {
-      const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
-      if (n <= 0) break;  // the end, or an error (the connection went): next folder
-      uint64_t entries = 0;
-      for (long at = 0; at < n; ++entries) {
-        at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
-      }
-      entries_.fetch_add(entries, std::memory_order_relaxed);
-    }
+    const std::optional<uint64_t> entries = ListFolder(dir, UINT64_MAX, &stop_);
+    if (!entries) continue;
+    entries_.fetch_add(*entries, std::memory_order_relaxed);
     listed_.fetch_add(1, std::memory_order_relaxed);
   }
   if (running_.fetch_sub(1) == 1) {

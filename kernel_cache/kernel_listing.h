@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +62,14 @@ class KernelListing {
 
   // The distinct folders of `paths` (relative file paths; "" for the root), sorted.
   static std::vector<std::string> FoldersOf(const std::vector<std::string>& paths);
+  // The folder of one relative file path ("" for the root).
+  static std::string FolderOf(const std::string& path);
+  // Lists `dir` (a folder of the mount) with getdents64, which the kernel turns into
+  // READDIRPLUS requests; the entries seen, stopping once past `max_entries` or when
+  // `stop` is set (may be null). nullopt if the folder could not be opened.
+  static std::optional<uint64_t> ListFolder(const std::filesystem::path& dir,
+                                            uint64_t max_entries,
+                                            const std::atomic<bool>* stop = nullptr);
 
  private:
   void Run();
