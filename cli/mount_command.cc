@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include "cli/exit.h"
 #include "cli/status.h"
@@ -156,6 +158,21 @@ DaemonOfMount FindDaemon(const fsys::path& mountpoint, const daemon::MountEntry&
   return FromStats(0, stats->dump());
 }
 
+// Runs `args` (searched on PATH, no shell: a mountpoint may hold any character); whether
+// it exited with 0.
+bool RunQuietly(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_t child = 0;
+  if (::posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return false;
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
 int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
@@ -174,8 +191,9 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
     return Refuse(fmt::format("{} is served by a live daemon{}; not unmounting it",
                               mountpoint.string(), pid > 0 ? fmt::format(" (pid {})", pid) : ""));
   }
-  // EBUSY for a moment is the daemon's own listing at mount (kernel_cache/kernel_listing.h holds
-  // one folder open at a time): asked again for a second before calling the mount busy.
+  // EBUSY for a moment can be the daemon's own: a file it holds open while it pushes pages
+  // (kernel_cache/write_fence.h), or, in a daemon that is not root, a folder it lists
+  // (kernel_cache/mount_view.h). Asked again for a second before calling the mount busy.
   int unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
   for (int retry = 0; unmounted < 0 && errno == EBUSY && retry < 50; ++retry) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -187,10 +205,21 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
                                 mountpoint.string()));
     }
     if (errno != EPERM) return Refuse(fmt::format("umount {}: {}", mountpoint.string(), strerror(errno)));
-    // Not root: the setuid helper unmounts what this user mounted.
-    const std::string cmd =
-        fmt::format("fusermount3 -u {} '{}'", lazy ? "-z" : "", mountpoint.string());
-    if (std::system(cmd.c_str()) != 0) return Refuse("fusermount3 -u failed");
+    // Not root: the setuid helper unmounts what this user mounted, asked again for a
+    // second as above (quietly, but for the last time).
+    const auto fusermount = [&](bool quiet) {
+      std::vector<std::string> args = {"fusermount3", "-u"};
+      if (lazy) args.push_back("-z");
+      if (quiet) args.push_back("-q");
+      args.push_back(mountpoint.string());
+      return RunQuietly(args);
+    };
+    bool done = fusermount(true);
+    for (int retry = 0; !done && retry < 50; ++retry) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      done = fusermount(retry < 49);
+    }
+    if (!done) return Refuse("fusermount3 -u failed");
   }
   // The daemon flushes its cache after the unmount; wait so that a following mount of
   // the same cache dir finds it complete. A lazy unmount waits a moment only: the daemon

@@ -11,16 +11,15 @@ namespace epochfs::kernel_cache {
 namespace {
 
 // How often the thread looks for folders to list while reads come, and the most entries
-// it lists in one look: a listing holds its folder open, and `epochfs umount` retries an
-// EBUSY unmount for a second only (cli/mount_command.cc), so the thread lists in short
-// bursts with a tick's pause between them, never for long at a stretch.
+// it lists in one look: the FUSE workers that answer its READDIRPLUS also answer the
+// readers, so it lists in short bursts with a tick's pause between them.
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr uint64_t kEntriesPerTick = 2048;
 
 }  // namespace
 
-AttrRefresh::AttrRefresh(std::filesystem::path mountpoint)
-    : mountpoint_(std::move(mountpoint)), thread_([this] { Run(); }) {}
+AttrRefresh::AttrRefresh(const MountView& mount)
+    : mount_(mount), thread_([this] { Run(); }) {}
 
 AttrRefresh::~AttrRefresh() {
   Stop();
@@ -79,7 +78,7 @@ void AttrRefresh::Run() {
       lock.Unlock();
       const auto started = std::chrono::steady_clock::now();
       const std::optional<uint64_t> entries =
-          KernelListing::ListFolder(name.empty() ? mountpoint_ : mountpoint_ / name, kMaxEntries);
+          KernelListing::ListFolder(mount_, name, kMaxEntries);
       const auto took = std::chrono::steady_clock::now() - started;
       lock.Lock();
       Folder& folder = folders_[name];

@@ -38,12 +38,14 @@
 
 #include "base/counters.h"
 #include "base/thread_annotations.h"
+#include "kernel_cache/mount_view.h"
 
 namespace epochfs::kernel_cache {
 
 class AttrRefresh {
  public:
-  explicit AttrRefresh(std::filesystem::path mountpoint);
+  // `mount` outlives this.
+  explicit AttrRefresh(const MountView& mount);
   ~AttrRefresh();
   AttrRefresh(const AttrRefresh&) = delete;
   AttrRefresh& operator=(const AttrRefresh&) = delete;
@@ -68,8 +70,8 @@ class AttrRefresh {
   static constexpr int kQuietGaps = 8;
   // The largest folder listed again.
   static constexpr uint64_t kMaxEntries = 8192;
-  // A folder whose listing held it open longer than this is not listed again (a slow
-  // source: the listing holds the folder open, and an unmount meanwhile is EBUSY).
+  // A folder whose listing took longer than this is not listed again (a slow source:
+  // its entries cost more than the GETATTRs they save).
   static constexpr std::chrono::milliseconds kMaxListing{500};
 
  private:
@@ -85,7 +87,7 @@ class AttrRefresh {
   static bool Due(const Folder& folder, std::chrono::steady_clock::time_point now);
   void Run();
 
-  const std::filesystem::path mountpoint_;
+  const MountView& mount_;
   Mutex mu_;
   std::condition_variable cv_;
   bool stop_ GUARDED_BY(mu_) = false;

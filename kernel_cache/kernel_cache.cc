@@ -8,6 +8,7 @@
 #include "kernel_cache/attr_refresh.h"
 #include "kernel_cache/kernel_activity.h"
 #include "kernel_cache/kernel_listing.h"
+#include "kernel_cache/mount_view.h"
 #include "kernel_cache/page_cache_pusher.h"
 #include "kernel_cache/residency.h"
 #include "kernel_cache/write_fence.h"
@@ -37,10 +38,19 @@ fs::SourceObserver& KernelCache::Observe(const fs::SourceFs& fs, prefetch::Prefe
 
 void KernelCache::Start(const Mount& mount) {
   if (!pusher_ || !activity_ || started_) return;
+  if (!mount_view_) {
+    auto view = MountView::Of(mount.mountpoint);
+    if (!view.ok()) {
+      spdlog::warn("no pushing into the page cache: {}", view.status().ToString());
+      if (mount.prefetcher) mount.prefetcher->AttachKernelPages(nullptr);
+      return;
+    }
+    mount_view_ = std::make_unique<MountView>(std::move(*view));
+  }
   // Listings give attributes (READDIRPLUS) because pushing asks for every listing to
   // (DoInit); a read-only mount's READs leave them fresh.
   if (!mount.read_only && !attr_refresh_) {
-    attr_refresh_ = std::make_unique<AttrRefresh>(mount.mountpoint);
+    attr_refresh_ = std::make_unique<AttrRefresh>(*mount_view_);
     activity_->SetAttrRefresh(attr_refresh_.get());
   }
   if (mount.prefetcher == nullptr) return;
@@ -88,7 +98,7 @@ void KernelCache::Start(const Mount& mount) {
   // (a kernel entry is charged a page at least; its budget moves up to --ram:
   // daemon/ram_balancer.h), and 100,000 in any case.
   if (std::vector<std::string> paths = mount.prefetcher->KnownPaths(); !paths.empty()) {
-    listing_ = std::make_unique<KernelListing>(mount.mountpoint, KernelListing::FoldersOf(paths),
+    listing_ = std::make_unique<KernelListing>(*mount_view_, KernelListing::FoldersOf(paths),
                                                std::max<uint64_t>(100'000, mount.ram_budget / 4096));
   }
 }

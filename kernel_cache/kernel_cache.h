@@ -52,6 +52,7 @@ class AccessWatcher;
 class AttrRefresh;
 class KernelActivity;
 class KernelListing;
+class MountView;
 class PageCachePusher;
 class Residency;
 class WriteFence;
@@ -104,6 +105,7 @@ class KernelCache {
   std::unique_ptr<WriteFence> fence_;         // until the pusher is detached
   std::unique_ptr<KernelActivity> activity_;
   std::unique_ptr<AccessWatcher> access_;
+  std::unique_ptr<MountView> mount_view_;  // the listings open folders through it
   std::unique_ptr<KernelListing> listing_;
   std::unique_ptr<AttrRefresh> attr_refresh_;
   prefetch::Prefetcher* prefetcher_ = nullptr;

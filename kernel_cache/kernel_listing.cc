@@ -15,9 +15,9 @@
 
 namespace epochfs::kernel_cache {
 
-KernelListing::KernelListing(std::filesystem::path mountpoint, std::vector<std::string> folders,
+KernelListing::KernelListing(const MountView& mount, std::vector<std::string> folders,
                              uint64_t max_entries)
-    : mountpoint_(std::move(mountpoint)),
+    : mount_(mount),
       folders_(std::move(folders)),
       max_entries_(max_entries) {
   const size_t threads = std::min(kThreads, folders_.size());
@@ -44,20 +44,20 @@ std::string KernelListing::FolderOf(const std::string& path) {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
-std::optional<uint64_t> KernelListing::ListFolder(const std::filesystem::path& dir,
+std::optional<uint64_t> KernelListing::ListFolder(const MountView& mount, const std::string& folder,
                                                   uint64_t max_entries,
                                                   const std::atomic<bool>* stop) {
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) {
+  Result<UniqueFd> fd = mount.Open(folder, O_RDONLY | O_DIRECTORY);
+  if (!fd.ok()) {
     // Gone since it was recorded or read, or the mount is going: neither is an error.
-    spdlog::debug("listing {}: open: {}", dir.string(), std::strerror(errno));
+    spdlog::debug("listing: {}", fd.status().ToString());
     return std::nullopt;
   }
   // getdents64 straight: readdir() would add nothing but a buffer of its own.
   alignas(8) char buf[64 * 1024];
   uint64_t entries = 0;
   while (entries <= max_entries && (stop == nullptr || !stop->load(std::memory_order_relaxed))) {
-    const long n = ::syscall(SYS_getdents64, fd.get(), buf, sizeof(buf));
+    const long n = ::syscall(SYS_getdents64, fd->get(), buf, sizeof(buf));
     if (n <= 0) break;  // the end, or an error (the connection went)
     for (long at = 0; at < n; ++entries) {
       at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
@@ -74,9 +74,7 @@ void KernelListing::Run() {
         entries_.load(std::memory_order_relaxed) >= max_entries_) {
       break;
     }
-    const std::string& folder = folders_[index];
-    const std::filesystem::path dir = folder.empty() ? mountpoint_ : mountpoint_ / folder;
-    const std::optional<uint64_t> entries = ListFolder(dir, UINT64_MAX, &stop_);
+    const std::optional<uint64_t> entries = ListFolder(mount_, folders_[index], UINT64_MAX, &stop_);
     if (!entries) continue;
     entries_.fetch_add(*entries, std::memory_order_relaxed);
     listed_.fetch_add(1, std::memory_order_relaxed);

@@ -11,12 +11,12 @@
 // the kernel keeps the entries as long as its memory allows (one it reclaims sends a
 // FORGET, and that file is then read as before: nothing is served from the listing).
 //
-// The mount is over the source folder, so the daemon reaches it by path like any
-// reader, from threads of its own (a FUSE worker answers each READDIRPLUS). A few
-// folders at a time: each READDIRPLUS waits for the source's metadata, cold after a
-// reboot, and the stream that starts at mount pushes only files whose folder was listed
-// (the others wait in RAM for a retry). While a folder is open a plain umount(2) fails
-// with EBUSY (`epochfs umount` retries for a moment).
+// The daemon lists the mount like any reader, from threads of its own (a FUSE worker
+// answers each READDIRPLUS), through private clones of it (mount_view.h) so that a
+// folder it holds open does not make the users' unmount busy. A few folders at a time:
+// each READDIRPLUS waits for the source's metadata, cold after a reboot, and the stream
+// that starts at mount pushes only files whose folder was listed (the others wait in RAM
+// for a retry).
 //
 // Thread-safety: construct, Stop() and destroy on one thread; the listing runs on
 // threads of its own (kThreads at most), and the counters may be read from any thread.
@@ -31,15 +31,16 @@
 #include <thread>
 #include <vector>
 
+#include "kernel_cache/mount_view.h"
+
 namespace epochfs::kernel_cache {
 
 class KernelListing {
  public:
-  // Starts listing `folders` (relative to `mountpoint`, in this order) until every one
-  // was listed or `max_entries` entries were seen (each costs the kernel a dentry and an
-  // inode: about 1.5 KiB).
-  KernelListing(std::filesystem::path mountpoint, std::vector<std::string> folders,
-                uint64_t max_entries);
+  // Starts listing `folders` (relative to the mount, in this order) until every one was
+  // listed or `max_entries` entries were seen (each costs the kernel a dentry and an
+  // inode: about 1.5 KiB). `mount` outlives this.
+  KernelListing(const MountView& mount, std::vector<std::string> folders, uint64_t max_entries);
   // Folders listed at once.
   static constexpr size_t kThreads = 4;
 
@@ -64,17 +65,18 @@ class KernelListing {
   static std::vector<std::string> FoldersOf(const std::vector<std::string>& paths);
   // The folder of one relative file path ("" for the root).
   static std::string FolderOf(const std::string& path);
-  // Lists `dir` (a folder of the mount) with getdents64, which the kernel turns into
-  // READDIRPLUS requests; the entries seen, stopping once past `max_entries` or when
-  // `stop` is set (may be null). nullopt if the folder could not be opened.
-  static std::optional<uint64_t> ListFolder(const std::filesystem::path& dir,
+  // Lists `folder` (relative; "" for the root) of `mount` with getdents64, which the
+  // kernel turns into READDIRPLUS requests; the entries seen, stopping once past
+  // `max_entries` or when `stop` is set (may be null). nullopt if the folder could not be
+  // opened (gone, or the mount is).
+  static std::optional<uint64_t> ListFolder(const MountView& mount, const std::string& folder,
                                             uint64_t max_entries,
                                             const std::atomic<bool>* stop = nullptr);
 
  private:
   void Run();
 
-  const std::filesystem::path mountpoint_;
+  const MountView& mount_;
   const std::vector<std::string> folders_;
   const uint64_t max_entries_;
   std::atomic<bool> stop_{false};

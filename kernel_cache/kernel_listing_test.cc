@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,13 +17,16 @@ namespace {
 namespace fsys = std::filesystem;
 
 // A folder tree on the local disk stands in for the mount: the listing only opens and
-// reads folders by path.
+// reads folders below it (mount_view_test.cc has the mount-specific part).
 class KernelListingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char dir[] = "/tmp/epochfs-listing-XXXXXX";
     ASSERT_NE(::mkdtemp(dir), nullptr);
     root_ = dir;
+    auto view = MountView::Of(root_);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    view_ = std::make_unique<MountView>(std::move(*view));
   }
   void TearDown() override { fsys::remove_all(root_); }
 
@@ -47,6 +51,7 @@ class KernelListingTest : public ::testing::Test {
   }
 
   fsys::path root_;
+  std::unique_ptr<MountView> view_;  // the folder as the listing sees it
 };
 
 // Several threads share the folders: each is listed once, and every entry is seen.
@@ -54,7 +59,7 @@ TEST_F(KernelListingTest, EveryFolderIsListedOnceAcrossItsThreads) {
   const auto paths = MakeTree(10, 5);
   const auto folders = KernelListing::FoldersOf(paths);
   ASSERT_EQ(folders.size(), 10u);
-  KernelListing listing(root_, folders, /*max_entries=*/1'000'000);
+  KernelListing listing(*view_, folders, /*max_entries=*/1'000'000);
   WaitDone(listing);
   ASSERT_TRUE(listing.done());
   EXPECT_EQ(listing.folders_listed(), 10u);
@@ -64,7 +69,7 @@ TEST_F(KernelListingTest, EveryFolderIsListedOnceAcrossItsThreads) {
 // The entry bound stops the listing; the threads may each have started a folder.
 TEST_F(KernelListingTest, TheEntryBoundStopsTheListing) {
   const auto paths = MakeTree(40, 5);
-  KernelListing listing(root_, KernelListing::FoldersOf(paths), /*max_entries=*/1);
+  KernelListing listing(*view_, KernelListing::FoldersOf(paths), /*max_entries=*/1);
   WaitDone(listing);
   ASSERT_TRUE(listing.done());
   EXPECT_GE(listing.folders_listed(), 1u);
@@ -75,11 +80,11 @@ TEST_F(KernelListingTest, TheEntryBoundStopsTheListing) {
 TEST_F(KernelListingTest, AMissingFolderIsPassedOverAndNoFoldersIsNoWork) {
   auto paths = MakeTree(3, 2);
   paths.push_back("gone/1.jpg");
-  KernelListing listing(root_, KernelListing::FoldersOf(paths), /*max_entries=*/1'000'000);
+  KernelListing listing(*view_, KernelListing::FoldersOf(paths), /*max_entries=*/1'000'000);
   WaitDone(listing);
   ASSERT_TRUE(listing.done());
   EXPECT_EQ(listing.folders_listed(), 3u);
-  KernelListing none(root_, {}, /*max_entries=*/1'000'000);
+  KernelListing none(*view_, {}, /*max_entries=*/1'000'000);
   EXPECT_TRUE(none.done());
   EXPECT_EQ(none.folders_listed(), 0u);
 }
