@@ -169,7 +169,13 @@ Result<std::string> SourceFs::ProcPath(const Inode& inode) const {
 
 // ---- names ----
 
-Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name) {
+Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name,
+                                 std::optional<uint64_t> listed_ino) {
+  // A listing of files the table knows (`ls -l` again, the daemon's own listings after
+  // READs: kernel_cache/attr_refresh.h) needs no open per entry.
+  if (listed_ino && inodes_.FindBySource(parent->dev, *listed_ino)) {
+    if (std::optional<Entry> entry = LookupKnownFile(parent, name)) return *entry;
+  }
   // O_PATH opens no data and follows no symlink: it pins the object so that the stat
   // and the node we create are of the same thing.
   auto fd = OpenChild(parent->path_fd.get(), name, O_PATH);
@@ -199,6 +205,34 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
     if (SourceObserver* observer = observer_.load()) observer->DirectoryKnown(*inode);
   }
+  return Entry{inode->nodeid, *st};
+}
+
+std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& parent,
+                                               const std::string& name) {
+  // A node is its (dev, ino): the stat by name says which one the name means now, with
+  // nothing to pin (the O_PATH fd of LookupIn would only be closed again: a known node
+  // keeps what it has). Anything else (gone, a directory, a node the kernel forgot
+  // meanwhile, a name that changed between the two stats below) goes the long way.
+  auto st = StatAt(parent->path_fd.get(), name);
+  if (!st.ok() || !S_ISREG(st->st_mode)) return std::nullopt;
+  std::shared_ptr<Inode> known = inodes_.FindBySource(st->st_dev, st->st_ino);
+  if (!known) return std::nullopt;
+  // "notify" mode: checked as a GETATTR is (see LookupIn).
+  ChangeWatcher* watcher = watcher_.load();
+  const bool check = watcher != nullptr && watcher->follows_contents();
+  InodeTable::Observation seen;
+  if (check) {
+    seen = InodeTable::Observe(*known);
+    auto again = StatAt(parent->path_fd.get(), name);
+    if (!again.ok() || again->st_dev != st->st_dev || again->st_ino != st->st_ino) {
+      return std::nullopt;
+    }
+    st = again;
+  }
+  auto inode = inodes_.Remember(parent, name, *st, UniqueFd(),
+                                KnownByAnotherDeadName(*parent, name, *st));
+  if (check && inode == known) CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen);
   return Entry{inode->nodeid, *st};
 }
 
@@ -912,7 +946,8 @@ Status SourceFs::ReadDirEntries(DirHandle& dh, off_t offset, bool plus, const Di
     Entry entry;
     const bool dot = name == "." || name == "..";
     if (plus && !dot) {
-      auto looked_up = LookupIn(dh.inode_, name);
+      auto looked_up = LookupIn(dh.inode_, name,
+                                de->d_type == DT_REG ? std::optional<uint64_t>(de->d_ino) : std::nullopt);
       if (!looked_up.ok()) {
         // Gone between readdir and lookup: skip it, the listing is a snapshot anyway.
         dh.position_ = next;

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -229,7 +230,12 @@ class SourceFs {
   Result<std::shared_ptr<Inode>> FindDir(uint64_t nodeid) const;
   // Where a non-directory node lives now, verified to still be the same object.
   Result<Location> Resolve(const Inode& inode, struct ::stat* st_out = nullptr) const;
-  Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name);
+  // `listed_ino`: the inode number a listing of `parent` gave the name, if it did.
+  Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name,
+                         std::optional<uint64_t> listed_ino = std::nullopt);
+  // LookupIn of a regular file the table knows already; nullopt where it is not one.
+  std::optional<Entry> LookupKnownFile(const std::shared_ptr<Inode>& parent,
+                                       const std::string& name);
   // Whether the file `st`, just found as `name` in `parent`, has a node last known by
   // another name that no longer names it (it was renamed in the source).
   bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,

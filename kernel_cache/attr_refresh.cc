@@ -50,7 +50,7 @@ bool AttrRefresh::Due(const Folder& folder, std::chrono::steady_clock::time_poin
   if (folder.pending == 0 || folder.entries > kMaxEntries) return false;
   const bool quiet = now - folder.last_read >= std::max<std::chrono::steady_clock::duration>(
                                                   kQuiet, kQuietGaps * folder.gap);
-  // A listed entry costs the daemon about what the GETATTR it saves would (a lookup in
+  // A listed entry costs the daemon a little less than the GETATTR it saves (a stat in
   // the source each), so a folder is listed only when most of it is due: the listing
   // then costs no more CPU than the GETATTRs, and none of it is in the readers' opens.
   if (folder.entries == 0) {

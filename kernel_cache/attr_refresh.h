@@ -12,8 +12,8 @@
 // own instead of in each reader's open. The listing's replies check each file's
 // identity as a GETATTR's do (a changed file is dropped, not refreshed).
 //
-// When: a listed entry costs the daemon about what a GETATTR does (docs/benchmarks.md),
-// so a folder is listed once three quarters of its files were read to their end since
+// When: a listed entry costs the daemon a little less than a GETATTR does (an fstatat
+// in the source against a stat: docs/benchmarks.md), so a folder is listed once three quarters of its files were read to their end since
 // its last listing, or once its reads went quiet with a quarter of them pending (the
 // last files of an epoch). A folder whose open fails, or whose listing took longer than
 // kMaxListing, is not listed again. A folder never listed yet is listed after kFirstBatch such
