@@ -51,6 +51,7 @@ void KernelCache::Start(const Mount& mount) {
   // (DoInit); a read-only mount's READs leave them fresh.
   if (!mount.read_only && !attr_refresh_) {
     attr_refresh_ = std::make_unique<AttrRefresh>(*mount_view_);
+    attr_refresh_counted_.store(attr_refresh_.get(), std::memory_order_release);
     activity_->SetAttrRefresh(attr_refresh_.get());
   }
   if (mount.prefetcher == nullptr) return;
@@ -70,6 +71,7 @@ void KernelCache::Start(const Mount& mount) {
       return;
     }
     access_ = std::move(*access);
+    access_counted_.store(access_.get(), std::memory_order_release);
     activity_->SetAccessWatcher(access_.get());
   }
   started_ = true;
@@ -119,9 +121,12 @@ void KernelCache::Stop() {
 
 void KernelCache::VisitCounters(const KernelCache* kernel_cache, const CounterVisitor& visit) {
   PageCachePusher::VisitCounters(kernel_cache ? kernel_cache->pusher_.get() : nullptr, visit);
-  AccessWatcher::VisitCounters(kernel_cache ? kernel_cache->access_.get() : nullptr, visit);
+  AccessWatcher::VisitCounters(
+      kernel_cache ? kernel_cache->access_counted_.load(std::memory_order_acquire) : nullptr, visit);
   KernelActivity::VisitCounters(kernel_cache ? kernel_cache->activity_.get() : nullptr, visit);
-  AttrRefresh::VisitCounters(kernel_cache ? kernel_cache->attr_refresh_.get() : nullptr, visit);
+  AttrRefresh::VisitCounters(
+      kernel_cache ? kernel_cache->attr_refresh_counted_.load(std::memory_order_acquire) : nullptr,
+      visit);
 }
 
 }  // namespace epochfs::kernel_cache

@@ -32,6 +32,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -108,6 +109,10 @@ class KernelCache {
   std::unique_ptr<MountView> mount_view_;  // the listings open folders through it
   std::unique_ptr<KernelListing> listing_;
   std::unique_ptr<AttrRefresh> attr_refresh_;
+  // The two made in Start, for VisitCounters: the stats are served from other threads
+  // while Start runs.
+  std::atomic<const AccessWatcher*> access_counted_{nullptr};
+  std::atomic<const AttrRefresh*> attr_refresh_counted_{nullptr};
   prefetch::Prefetcher* prefetcher_ = nullptr;
   bool started_ = false;
 };
