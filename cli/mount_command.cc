@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/status.h"
 #include "cli/exit.h"
 #include "cli/status.h"
 #include "daemon/journal_log.h"
@@ -159,16 +160,18 @@ DaemonOfMount FindDaemon(const fsys::path& mountpoint, const daemon::MountEntry&
 }
 
 // Runs `args` (searched on PATH, no shell: a mountpoint may hold any character); whether
-// it exited with 0.
-bool RunQuietly(const std::vector<std::string>& args) {
+// it exited with 0. An error if it could not be run at all.
+Result<bool> RunCommand(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   pid_t child = 0;
-  if (::posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return false;
+  if (const int err = ::posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), environ)) {
+    return Status::FromErrno(err, fmt::format("cannot run {}", args[0]));
+  }
   int status = 0;
   while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return false;
+    if (errno != EINTR) return Status::FromErrno(errno, fmt::format("waitpid {}", args[0]));
   }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
@@ -212,14 +215,15 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
       if (lazy) args.push_back("-z");
       if (quiet) args.push_back("-q");
       args.push_back(mountpoint.string());
-      return RunQuietly(args);
+      return RunCommand(args);
     };
-    bool done = fusermount(true);
-    for (int retry = 0; !done && retry < 50; ++retry) {
+    Result<bool> done = fusermount(true);
+    for (int retry = 0; done.ok() && !*done && retry < 50; ++retry) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       done = fusermount(retry < 49);
     }
-    if (!done) return Refuse("fusermount3 -u failed");
+    if (!done.ok()) return Refuse(done.status().message());
+    if (!*done) return Refuse("fusermount3 -u failed");
   }
   // The daemon flushes its cache after the unmount; wait so that a following mount of
   // the same cache dir finds it complete. A lazy unmount waits a moment only: the daemon

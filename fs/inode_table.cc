@@ -27,6 +27,30 @@ std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
   return it == by_nodeid_.end() ? nullptr : it->second;
 }
 
+void InodeTable::CountLookupLocked(Inode& inode, const std::shared_ptr<Inode>& parent,
+                                   const std::string& name, const struct ::stat& st) {
+  inode.nlookup++;
+  if (&inode != root_.get()) {
+    inode.parent = parent;
+    inode.name = name;
+  }
+  // While the mount changes the file, this reply is no news (NoteKernelAttrs).
+  if (inode.changes_in_flight.load() == 0) {
+    NoteKernelAttrsLocked(inode, cache::SourceIdentity::FromStat(st));
+  }
+}
+
+bool InodeTable::RememberKnown(const std::shared_ptr<Inode>& known,
+                               const std::shared_ptr<Inode>& parent, const std::string& name,
+                               const struct ::stat& st) {
+  MutexLock lock(mutex_);
+  const DevIno key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  auto it = by_devino_.find(key);
+  if (it == by_devino_.end() || it->second != known->nodeid) return false;
+  CountLookupLocked(*known, parent, name, st);
+  return true;
+}
+
 std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent,
                                             const std::string& name, const struct ::stat& st,
                                             UniqueFd path_fd, bool old_name_gone) {
@@ -45,15 +69,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
     std::shared_ptr<Inode>& inode = by_nodeid_.at(it->second);
     // A directory found again under the same (dev, ino) but with the type changed cannot
     // happen without the inode being freed first, which the kernel would have noticed.
-    inode->nlookup++;
-    if (inode.get() != root_.get()) {
-      inode->parent = parent;
-      inode->name = name;
-    }
-    // While the mount changes the file, this reply is no news (NoteKernelAttrs).
-    if (inode->changes_in_flight.load() == 0) {
-      NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
-    }
+    CountLookupLocked(*inode, parent, name, st);
     return inode;
   }
   auto inode = std::make_shared<Inode>();

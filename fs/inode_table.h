@@ -146,6 +146,12 @@ class InodeTable {
   std::shared_ptr<Inode> Remember(const std::shared_ptr<Inode>& parent, const std::string& name,
                                   const struct ::stat& st, UniqueFd path_fd,
                                   bool old_name_gone = false);
+  // Remember for a node the caller found by `st`'s (dev, ino) and whose name is not dead
+  // (a listing again): counts the lookup and records name and attributes as Remember
+  // does, if `known` is still that (dev, ino)'s node. False, with nothing changed, if the
+  // kernel forgot it meanwhile: the caller then makes a node the long way.
+  bool RememberKnown(const std::shared_ptr<Inode>& known, const std::shared_ptr<Inode>& parent,
+                     const std::string& name, const struct ::stat& st);
 
   // Drops `n` lookup references; the node goes away at zero (the root never does), and
   // is then returned so the caller can let go of what it holds for it.
@@ -292,6 +298,9 @@ class InodeTable {
   void RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id, int64_t now)
       REQUIRES(mutex_);
   void NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) REQUIRES(mutex_);
+  // One more lookup of `inode` as `name` in `parent`, whose reply carries `st`.
+  void CountLookupLocked(Inode& inode, const std::shared_ptr<Inode>& parent,
+                         const std::string& name, const struct ::stat& st) REQUIRES(mutex_);
 
   std::atomic<bool> pin_forgotten_{false};     // SetPinForgotten
 

@@ -212,8 +212,9 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
                                                const std::string& name) {
   // A node is its (dev, ino): the stat by name says which one the name means now, with
   // nothing to pin (the O_PATH fd of LookupIn would only be closed again: a known node
-  // keeps what it has). Anything else (gone, a directory, a node the kernel forgot
-  // meanwhile, a name that changed between the two stats below) goes the long way.
+  // keeps what it has). Anything that needs a new node (a file renamed underneath, a
+  // node the kernel forgot meanwhile), a directory, a name gone or changed between the
+  // two stats below: the long way, which pins what it makes.
   auto st = StatAt(parent->path_fd.get(), name);
   if (!st.ok() || !S_ISREG(st->st_mode)) return std::nullopt;
   std::shared_ptr<Inode> known = inodes_.FindBySource(st->st_dev, st->st_ino);
@@ -230,10 +231,11 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
     }
     st = again;
   }
-  auto inode = inodes_.Remember(parent, name, *st, UniqueFd(),
-                                KnownByAnotherDeadName(*parent, name, *st));
-  if (check && inode == known) CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen);
-  return Entry{inode->nodeid, *st};
+  if (KnownByAnotherDeadName(*parent, name, *st) || !inodes_.RememberKnown(known, parent, name, *st)) {
+    return std::nullopt;
+  }
+  if (check) CheckKernelCache(*known, cache::SourceIdentity::FromStat(*st), seen);
+  return Entry{known->nodeid, *st};
 }
 
 bool SourceFs::KnownByAnotherDeadName(const Inode& parent, const std::string& name,

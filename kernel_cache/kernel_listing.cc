@@ -57,6 +57,8 @@ std::optional<uint64_t> KernelListing::ListFolder(const MountView& mount, const 
   alignas(8) char buf[64 * 1024];
   uint64_t entries = 0;
   while (entries <= max_entries && (stop == nullptr || !stop->load(std::memory_order_relaxed))) {
+    // The users unmounted meanwhile: what is left is nobody's (mount_view.h).
+    if (entries > 0 && !mount.StillMounted()) break;
     const long n = ::syscall(SYS_getdents64, fd->get(), buf, sizeof(buf));
     if (n <= 0) break;  // the end, or an error (the connection went)
     for (long at = 0; at < n; ++entries) {

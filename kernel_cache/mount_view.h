@@ -17,7 +17,10 @@
 // learn of it.
 //
 // After the unmount the same path is the folder underneath (the source): every Open
-// checks that what it opened is on the mount's device, and refuses it otherwise.
+// checks that what it opened is on the mount's device, and refuses it otherwise. A
+// listing under way when the users unmount asks StillMounted() between its reads, so
+// that it ends at once rather than keep the connection, and the daemon, alive for as
+// long as the rest of the folder takes.
 //
 // open_tree needs CAP_SYS_ADMIN (and Linux 5.2): a daemon without it opens by path as
 // before, and an unmount during a listing is EBUSY for that moment (`epochfs umount`
@@ -50,6 +53,9 @@ class MountView {
   // NotFound when the mount is no longer there.
   Result<UniqueFd> Open(const std::string& relative, int flags) const;
 
+  // Whether the mount is still at its mountpoint (a path walk; no request to the daemon).
+  bool StillMounted() const;
+
   // Whether opens go through private clones (false: by path, pinning the mount).
   bool private_clones() const { return clones_.load(std::memory_order_relaxed); }
   const std::filesystem::path& mountpoint() const { return mountpoint_; }
@@ -57,6 +63,8 @@ class MountView {
  private:
   MountView(std::filesystem::path mountpoint, dev_t dev)
       : mountpoint_(std::move(mountpoint)), dev_(dev) {}
+  // Whether `path` relative to `dir_fd` ("" for dir_fd itself) is on the mount's device.
+  bool OnTheMount(int dir_fd, const char* path) const;
 
   std::filesystem::path mountpoint_;
   dev_t dev_;

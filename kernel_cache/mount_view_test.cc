@@ -85,7 +85,9 @@ TEST_F(MountViewTest, AfterTheUnmountItOpensNothingUnderneath) {
   auto view = MountView::Of(point_);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   ASSERT_TRUE(view->Open("", O_RDONLY | O_DIRECTORY).ok());
+  EXPECT_TRUE(view->StillMounted());
   ASSERT_TRUE(Unmount()) << std::strerror(errno);
+  EXPECT_FALSE(view->StillMounted());
   ASSERT_TRUE(fsys::is_directory(point_ / "class0"));
   for (const std::string relative : {"", "class0"}) {
     auto fd = view->Open(relative, O_RDONLY | O_DIRECTORY);
