@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-
 #include <sys/sysmacros.h>
 
 #include <cerrno>

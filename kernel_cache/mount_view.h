@@ -24,7 +24,7 @@
 //
 // open_tree needs CAP_SYS_ADMIN (and Linux 5.2): a daemon without it opens by path as
 // before, and an unmount during a listing is EBUSY for that moment (`epochfs umount`
-// retries).
+// retries). A clone refused for another reason opens that one folder by path.
 //
 // Thread-safety: thread-safe.
 #pragma once
