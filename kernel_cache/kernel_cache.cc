@@ -45,7 +45,7 @@ void KernelCache::Start(const Mount& mount) {
       if (mount.prefetcher) mount.prefetcher->AttachKernelPages(nullptr);
       return;
     }
-    mount_view_ = std::make_unique<MountView>(std::move(*view));
+    mount_view_ = std::move(*view);
   }
   // Listings give attributes (READDIRPLUS) because pushing asks for every listing to
   // (DoInit); a read-only mount's READs leave them fresh.

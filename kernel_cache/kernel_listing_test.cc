@@ -26,7 +26,7 @@ class KernelListingTest : public ::testing::Test {
     root_ = dir;
     auto view = MountView::Of(root_);
     ASSERT_TRUE(view.ok()) << view.status().ToString();
-    view_ = std::make_unique<MountView>(std::move(*view));
+    view_ = std::move(*view);
   }
   void TearDown() override { fsys::remove_all(root_); }
 

@@ -13,12 +13,12 @@
 
 namespace epochfs::kernel_cache {
 
-Result<MountView> MountView::Of(std::filesystem::path mountpoint) {
+Result<std::unique_ptr<MountView>> MountView::Of(std::filesystem::path mountpoint) {
   struct ::stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0) {
     return Status::FromErrno(errno, fmt::format("stat {}", mountpoint.string()));
   }
-  return MountView(std::move(mountpoint), st.st_dev);
+  return std::unique_ptr<MountView>(new MountView(std::move(mountpoint), st.st_dev));
 }
 
 Result<UniqueFd> MountView::Open(const std::string& relative, int flags) const {

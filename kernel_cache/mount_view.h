@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "base/status.h"
@@ -43,11 +44,9 @@ namespace epochfs::kernel_cache {
 class MountView {
  public:
   // `mountpoint` is the mount's root, already answering: its device is taken now.
-  static Result<MountView> Of(std::filesystem::path mountpoint);
-  MountView(MountView&& other) noexcept
-      : mountpoint_(std::move(other.mountpoint_)),
-        dev_(other.dev_),
-        clones_(other.clones_.load()) {}
+  static Result<std::unique_ptr<MountView>> Of(std::filesystem::path mountpoint);
+  MountView(const MountView&) = delete;
+  MountView& operator=(const MountView&) = delete;
 
   // Opens `relative` ("" for the root) below the mount with `flags` (O_CLOEXEC added).
   // NotFound when the mount is no longer there.

@@ -72,9 +72,9 @@ TEST_F(MountViewTest, AFolderItHoldsOpenDoesNotMakeTheMountBusy) {
   }
   auto view = MountView::Of(point_);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
-  auto held = view->Open("class0", O_RDONLY | O_DIRECTORY);
+  auto held = (*view)->Open("class0", O_RDONLY | O_DIRECTORY);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
-  EXPECT_TRUE(view->private_clones());
+  EXPECT_TRUE((*view)->private_clones());
   ASSERT_TRUE(Unmount()) << std::strerror(errno);
   EXPECT_EQ(Entries(held->get()), 3);  // ".", ".." and a.jpg: the tmpfs's folder
 }
@@ -84,13 +84,13 @@ TEST_F(MountViewTest, AFolderItHoldsOpenDoesNotMakeTheMountBusy) {
 TEST_F(MountViewTest, AfterTheUnmountItOpensNothingUnderneath) {
   auto view = MountView::Of(point_);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
-  ASSERT_TRUE(view->Open("", O_RDONLY | O_DIRECTORY).ok());
-  EXPECT_TRUE(view->StillMounted());
+  ASSERT_TRUE((*view)->Open("", O_RDONLY | O_DIRECTORY).ok());
+  EXPECT_TRUE((*view)->StillMounted());
   ASSERT_TRUE(Unmount()) << std::strerror(errno);
-  EXPECT_FALSE(view->StillMounted());
+  EXPECT_FALSE((*view)->StillMounted());
   ASSERT_TRUE(fsys::is_directory(point_ / "class0"));
   for (const std::string relative : {"", "class0"}) {
-    auto fd = view->Open(relative, O_RDONLY | O_DIRECTORY);
+    auto fd = (*view)->Open(relative, O_RDONLY | O_DIRECTORY);
     ASSERT_FALSE(fd.ok()) << "opened '" << relative << "' underneath the mount";
     EXPECT_EQ(fd.status().code(), Code::kNotFound) << fd.status().ToString();
   }
