@@ -195,7 +195,7 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
                               mountpoint.string(), pid > 0 ? fmt::format(" (pid {})", pid) : ""));
   }
   // EBUSY for a moment can be the daemon's own: a file it holds open while it pushes pages
-  // (kernel_cache/write_fence.h), or, in a daemon that is not root, a folder it lists
+  // (fs/write_fence.h), or, in a daemon that is not root, a folder it lists
   // (kernel_cache/mount_view.h). Asked again for a second before calling the mount busy.
   int unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
   for (int retry = 0; unmounted < 0 && errno == EBUSY && retry < 50; ++retry) {

@@ -37,6 +37,7 @@
 #include "fs/plan_file.h"
 #include "daemon/service_notify.h"
 #include "fs/source_fs.h"
+#include "fs/write_fence.h"
 #include "nlohmann/json.hpp"
 #include "prefetcher/prefetcher.h"
 #include "spdlog/spdlog.h"
@@ -473,8 +474,18 @@ Status Daemon::BuildSession() {
   std::string why;
   options.consistency = ResolveConsistency(options.consistency, options.source, &why);
   invalidator_ = std::make_unique<KernelInvalidator>(session_.get(), &fs_->inodes());
+  // Writers through the mount are held off a file while its pages are dropped or
+  // stored: by the node's open lock in "open" mode, by a read lease taken through the
+  // mount in "notify" mode (fs/write_fence.h).
+  auto make_fence = [&] {
+    write_fence_ = std::make_unique<fs::WriteFence>(
+        options.consistency == Consistency::kOpen ? std::filesystem::path() : options.mountpoint);
+  };
+  make_fence();
   if (options.consistency == Consistency::kNotify) {
-    auto started_watcher = ChangeWatcher::Start(fs_->inodes(), *invalidator_);
+    auto started_watcher =
+        ChangeWatcher::Start(fs_->inodes(), *invalidator_, ChangeWatcher::Scope::kEverything,
+                             write_fence_.get());
     if (started_watcher.ok()) {
       watcher_ = std::move(*started_watcher);
     } else {
@@ -482,6 +493,7 @@ Status Daemon::BuildSession() {
                    started_watcher.status().ToString());
       options.consistency = Consistency::kOpen;
       why = "inotify unavailable";
+      make_fence();
     }
   }
   if (options.consistency == Consistency::kOpen) {
@@ -539,6 +551,7 @@ void Daemon::StartPushing() {
   mount.fs = fs_.get();
   mount.cache = cache_.get();
   mount.invalidator = invalidator_.get();
+  mount.fence = write_fence_.get();
   mount.prefetcher = prefetcher_.get();
   mount.ram_budget = options_.ram_budget;
   mount.read_only = options_.read_only;

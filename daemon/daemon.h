@@ -175,6 +175,9 @@ class Daemon {
   std::unique_ptr<fs::Filesystem> core_;
   FuseSession session_;
   std::unique_ptr<fs::KernelInvalidator> invalidator_;
+  // Holds writers through the mount off a file while the watcher or the kernel cache
+  // drops or stores its pages (fs/write_fence.h): outlives both.
+  std::unique_ptr<fs::WriteFence> write_fence_;
   // Notifies through the session: stopped before it.
   std::unique_ptr<fs::ChangeWatcher> watcher_;
   // The kernel's copy of file data (kernel_cache/kernel_cache.h): made before the cache
@@ -188,7 +191,7 @@ class Daemon {
   // Pushing stops (and a push in flight ends) before the session and the inode table go.
   ShutdownStep stop_kernel_cache_;
   // The connection ends first: a push or a drop may be opening a file through the mount
-  // (kernel_cache/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
+  // (fs/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
   // stopped (a signal); closing the connection fails that request, and the push ends.
   ShutdownStep end_connection_;
   // Detached as soon as the session loop ends (Run), and in any case before the

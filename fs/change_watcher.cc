@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "base/thread_name.h"
 #include "fmt/format.h"
@@ -25,7 +26,7 @@ constexpr uint32_t kNamesGoneMask =
 
 Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& table,
                                                            Invalidator& invalidator,
-                                                           Scope scope) {
+                                                           Scope scope, WriteFence* fence) {
   UniqueFd inotify_fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!inotify_fd) return Status::FromErrno(errno, "inotify_init1");
   UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -33,19 +34,22 @@ Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& ta
   UniqueFd later_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!later_fd) return Status::FromErrno(errno, "eventfd");
   std::unique_ptr<ChangeWatcher> watcher(new ChangeWatcher(
-      std::move(inotify_fd), std::move(wake_fd), std::move(later_fd), table, invalidator, scope));
+      std::move(inotify_fd), std::move(wake_fd), std::move(later_fd), table, invalidator, scope,
+      fence));
   watcher->thread_ = std::thread([w = watcher.get()] { w->Run(); });
   return watcher;
 }
 
 ChangeWatcher::ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,
-                             const InodeTable& table, Invalidator& invalidator, Scope scope)
+                             const InodeTable& table, Invalidator& invalidator, Scope scope,
+                             WriteFence* fence)
     : inotify_fd_(std::move(inotify_fd)),
       wake_fd_(std::move(wake_fd)),
       later_fd_(std::move(later_fd)),
       scope_(scope),
       table_(table),
-      invalidator_(invalidator) {}
+      invalidator_(invalidator),
+      fence_(fence) {}
 
 ChangeWatcher::~ChangeWatcher() {
   const uint64_t one = 1;
@@ -91,6 +95,16 @@ void ChangeWatcher::Unwatch(const Inode& dir) {
   if (owner == nodeid_by_wd_.end() || owner->second != dir.nodeid) return;
   ::inotify_rm_watch(inotify_fd_.get(), wd);
   nodeid_by_wd_.erase(owner);
+}
+
+void ChangeWatcher::InvalidateUnfenced(uint64_t nodeid) {
+  {
+    MutexLock lock(mutex_);
+    unfenced_.push_back(nodeid);
+  }
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(later_fd_.get(), &one, sizeof(one));
+  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
 }
 
 void ChangeWatcher::InvalidateLater(uint64_t nodeid, int64_t at_ns) {
@@ -169,27 +183,54 @@ void ChangeWatcher::Run() {
 }
 
 int64_t ChangeWatcher::DropDueNodes() {
-  std::vector<uint64_t> nodes;
-  int64_t next_due_ns = 0;
+  std::vector<uint64_t> nodes, unfenced;
   {
     MutexLock lock(mutex_);
     nodes.swap(later_);
+    unfenced.swap(unfenced_);
     const int64_t now = cache::WallClockNs();
     auto due_end = later_at_.upper_bound(now);
     for (auto it = later_at_.begin(); it != due_end; ++it) nodes.push_back(it->second);
     later_at_.erase(later_at_.begin(), due_end);
-    if (!later_at_.empty()) next_due_ns = later_at_.begin()->first;
+  }
+  for (uint64_t nodeid : unfenced) {
+    if (std::shared_ptr<Inode> node = table_.Find(nodeid)) table_.DropKernelAttrs(*node);
+    invalidator_.InvalidateInode(nodeid);
+    identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
   }
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   for (uint64_t nodeid : nodes) {
     spdlog::debug("dropping the kernel's cache of node {}, as an identity check asked",
                   nodeid);
+    std::shared_ptr<Inode> node = table_.Find(nodeid);
+    if (node && !DropFenced(*node)) continue;
+    if (!node) invalidator_.InvalidateInode(nodeid);
     identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
-    if (std::shared_ptr<Inode> node = table_.Find(nodeid)) table_.DropKernelAttrs(*node);
-    invalidator_.InvalidateInode(nodeid);
   }
-  return next_due_ns;
+  MutexLock lock(mutex_);
+  return later_at_.empty() ? 0 : later_at_.begin()->first;
+}
+
+bool ChangeWatcher::DropFenced(Inode& node) {
+  // A write through the mount is in the kernel's pages before it is in the source; a
+  // drop in between lets a READ fill the page again without it, and the kernel keeps
+  // zeros where the write went (fs/write_fence.h). The fence holds writers off while
+  // the drop runs, and refuses while one has the file open.
+  std::optional<MutexLock> order;
+  if (fence_ != nullptr && !fence_->leases()) order.emplace(node.open_order);  // Enter's contract
+  Result<WriteFence::Held> held =
+      fence_ != nullptr ? fence_->Enter(table_, node) : Result<WriteFence::Held>(WriteFence::Held());
+  if (!held.ok() && held.status().code() == Code::kBusy) {
+    drops_deferred_.fetch_add(1, std::memory_order_relaxed);
+    InvalidateLater(node.nodeid, cache::WallClockNs() + kWriterRetryNs);
+    return false;
+  }
+  // Any other refusal (no lease to be had: fs.leases-enable=0, the name gone meanwhile)
+  // drops unfenced: a change underneath must not stay hidden from readers.
+  table_.DropKernelAttrs(node);
+  invalidator_.InvalidateInode(node.nodeid);
+  return true;
 }
 
 void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
@@ -227,8 +268,7 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
       spdlog::debug("dropping the kernel's cache of node {} (source inode {}, '{}'): changed "
                     "underneath, size now {}",
                     node->nodeid, node->ino, name, st.st_size);
-      table_.DropKernelAttrs(*node);
-      invalidator_.InvalidateInode(node->nodeid);
+      DropFenced(*node);
     }
   }
 }
@@ -254,6 +294,12 @@ void ChangeWatcher::VisitCounters(const ChangeWatcher* watcher, const CounterVis
                     CounterKind::kCounter}
             .Show({.row = "change watch", .label = "nodes dropped"}),
         value(&ChangeWatcher::identity_invalidations));
+  visit(CounterInfo{"watch_drops_deferred",
+                    "Drops of a changed file's pages put off because a writer had it open "
+                    "through the mount.",
+                    CounterKind::kCounter}
+            .Show({.row = "change watch", .label = "drops put off", .quiet = true}),
+        value(&ChangeWatcher::drops_deferred));
 }
 
 }  // namespace epochfs::fs

@@ -34,6 +34,7 @@
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "fs/inode_table.h"
+#include "fs/write_fence.h"
 
 namespace epochfs::fs {
 
@@ -43,6 +44,9 @@ class Invalidator {
   virtual ~Invalidator() = default;
   virtual void InvalidateEntry(uint64_t parent_nodeid, const std::string& name) = 0;
   virtual void InvalidateInode(uint64_t nodeid) = 0;
+  // Drops the kernel's attributes of `nodeid` and none of its pages: the kernel refuses
+  // replies to requests sent before, and asks again at the next use that needs them.
+  virtual void InvalidateAttrs(uint64_t nodeid) = 0;
 };
 
 class ChangeWatcher {
@@ -51,10 +55,14 @@ class ChangeWatcher {
     kEverything,  // "notify" mode: names, attributes and pages
     kNamesGone,   // "open" mode: only names deleted, renamed away or renamed over
   };
-  // Starts the event thread. `table` outlives the watcher.
+  // Starts the event thread. `table` and `fence` outlive the watcher. With a `fence`, a
+  // file's pages are dropped only while no write through the mount can be on its way
+  // (fs/write_fence.h); one open for writing is tried again kWriterRetryNs later.
   static Result<std::unique_ptr<ChangeWatcher>> Start(const InodeTable& table,
                                                       Invalidator& invalidator,
-                                                      Scope scope = Scope::kEverything);
+                                                      Scope scope = Scope::kEverything,
+                                                      WriteFence* fence = nullptr);
+  static constexpr int64_t kWriterRetryNs = 50'000'000;
   // Whether the watcher follows changes to files' contents (Scope::kEverything).
   bool follows_contents() const { return scope_ == Scope::kEverything; }
   ~ChangeWatcher();
@@ -70,9 +78,14 @@ class ChangeWatcher {
   // shared mapping). With `at_ns` (wall clock), not before then: once the racily clean
   // window of a recent identity has passed (InodeTable::CacheMatch::kRecent).
   void InvalidateLater(uint64_t nodeid, int64_t at_ns = 0);
+  // At once and past the fence: for pages known not to be the file's already (an append
+  // the kernel placed elsewhere than the source did: SourceFs::WriteFd), which a writer
+  // that keeps the file open must not keep wrong for as long as it does.
+  void InvalidateUnfenced(uint64_t nodeid);
   uint64_t identity_invalidations() const {
     return identity_invalidations_.load(std::memory_order_relaxed);
   }
+  uint64_t drops_deferred() const { return drops_deferred_.load(std::memory_order_relaxed); }
 
   uint64_t watched() const;
   uint64_t events() const { return events_.load(std::memory_order_relaxed); }
@@ -85,9 +98,13 @@ class ChangeWatcher {
 
  private:
   ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd later_fd,
-                const InodeTable& table, Invalidator& invalidator, Scope scope);
+                const InodeTable& table, Invalidator& invalidator, Scope scope,
+                WriteFence* fence);
   void Run();
   void Handle(int wd, uint32_t mask, const std::string& name);
+  // Drops the kernel's attributes and pages of `node` behind the fence; false when a
+  // writer has the file open (queued again for kWriterRetryNs later).
+  bool DropFenced(Inode& node);
 
   UniqueFd inotify_fd_;
   UniqueFd wake_fd_;   // an eventfd that ends Run()
@@ -95,15 +112,18 @@ class ChangeWatcher {
   const Scope scope_;
   const InodeTable& table_;
   Invalidator& invalidator_;
+  WriteFence* const fence_;  // may be null: drops unfenced
   mutable Mutex mutex_;
   std::unordered_map<int, uint64_t> nodeid_by_wd_ GUARDED_BY(mutex_);
   std::unordered_map<uint64_t, int> wd_by_nodeid_ GUARDED_BY(mutex_);
   std::vector<uint64_t> later_ GUARDED_BY(mutex_);
+  std::vector<uint64_t> unfenced_ GUARDED_BY(mutex_);
   std::multimap<int64_t, uint64_t> later_at_ GUARDED_BY(mutex_);  // wall clock -> node
   // Drops the nodes queued by InvalidateLater that are due; returns the wall clock time
   // the next one is due, or 0.
   int64_t DropDueNodes();
   std::atomic<uint64_t> identity_invalidations_{0};
+  std::atomic<uint64_t> drops_deferred_{0};
   std::atomic<uint64_t> events_{0};
   std::atomic<uint64_t> watch_failures_{0};
   std::thread thread_;

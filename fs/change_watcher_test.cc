@@ -31,6 +31,7 @@ class RecordingInvalidator final : public Invalidator {
     MutexLock lock(mu_);
     inodes_.push_back(nodeid);
   }
+  void InvalidateAttrs(uint64_t) override {}
   std::vector<uint64_t> inodes() const {
     MutexLock lock(mu_);
     return inodes_;

@@ -44,7 +44,7 @@ FileHandle::FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceI
       reopen_(std::move(reopen)),
       id_(id) {
   inode_->open_handles.fetch_add(1);
-  if ((flags_ & O_ACCMODE) != O_RDONLY) inode_->open_for_writing.fetch_add(1);
+  if (may_write()) inode_->open_for_writing.fetch_add(1);
   MutexLock lock(fds_.mutex_);
   fd_ = std::move(fd);
   if (fd_) {
@@ -57,7 +57,7 @@ FileHandle::FileHandle(std::shared_ptr<Inode> inode, UniqueFd fd, cache::SourceI
 
 FileHandle::~FileHandle() {
   inode_->open_handles.fetch_sub(1);
-  if ((flags_ & O_ACCMODE) != O_RDONLY) inode_->open_for_writing.fetch_sub(1);
+  if (may_write()) inode_->open_for_writing.fetch_sub(1);
   MutexLock lock(fds_.mutex_);
   if (idle_listed_) fds_.idle_.erase(idle_pos_);
   if (fd_) fds_.open_--;

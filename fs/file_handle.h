@@ -13,6 +13,7 @@
 // taken while it is held).
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -87,6 +88,8 @@ class FileHandle {
   FileHandle& operator=(const FileHandle&) = delete;
 
   const std::shared_ptr<Inode>& inode() const { return inode_; }
+  // Opened for writing: counted in the node's open_for_writing while the handle lives.
+  bool may_write() const { return (flags_ & O_ACCMODE) != O_RDONLY; }
   // The source fd, reopened first if the budget closed it (or the open only checked
   // the file: SourceFs::Open).
   Result<FdLease> Fd();

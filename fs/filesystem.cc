@@ -230,13 +230,13 @@ Result<cache::ReadBuffer> Filesystem::Read(uint64_t nodeid, FileHandle* fh, uint
 }
 
 Result<size_t> Filesystem::Write(uint64_t nodeid, FileHandle* fh, std::string_view data,
-                                 uint64_t offset, Caller caller) {
+                                 uint64_t offset, Caller caller, bool append) {
   if (ControlDir::IsControl(nodeid)) {
     EPOCHFS_RETURN_IF_ERROR(control_.Write(nodeid, offset, data, caller.uid, caller.gid, caller.pid));
     return data.size();
   }
-  return fh ? source_.Write(*fh, data.data(), data.size(), offset)
-            : source_.WriteNode(nodeid, data.data(), data.size(), offset);
+  return fh ? source_.Write(*fh, data.data(), data.size(), offset, append)
+            : source_.WriteNode(nodeid, data.data(), data.size(), offset, append);
 }
 
 Status Filesystem::Fsync(uint64_t nodeid, FileHandle* fh, bool datasync) {
@@ -247,7 +247,7 @@ Status Filesystem::Fsync(uint64_t nodeid, FileHandle* fh, bool datasync) {
 void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
   // Null when the kernel opened the file alone ("notify" mode), or for a control file:
   // nothing to free. Otherwise the handle closes here.
-  fh.reset();
+  source_.Release(std::move(fh));
 }
 
 // ---- directories ----

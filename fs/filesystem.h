@@ -122,8 +122,9 @@ class Filesystem {
                              Caller caller);
   // The bytes stay alive as long as the buffer (its owner) does.
   Result<cache::ReadBuffer> Read(uint64_t nodeid, FileHandle* fh, uint64_t offset, size_t size);
+  // `append`: the writer's file is O_APPEND (SourceFs::Write).
   Result<size_t> Write(uint64_t nodeid, FileHandle* fh, std::string_view data, uint64_t offset,
-                       Caller caller);
+                       Caller caller, bool append = false);
   Status Fsync(uint64_t nodeid, FileHandle* fh, bool datasync);
   // Takes back what Open or Create handed out (null: nothing was).
   void Release(std::unique_ptr<FileHandle> fh);

@@ -21,6 +21,8 @@ class RecordingInvalidator : public Invalidator {
  public:
   void InvalidateEntry(uint64_t, const std::string&) override {}
   void InvalidateInode(uint64_t nodeid) override { inodes.push_back(nodeid); }
+  void InvalidateAttrs(uint64_t nodeid) override { attrs.push_back(nodeid); }
+  std::vector<uint64_t> attrs;
   std::vector<uint64_t> inodes;
 };
 
@@ -134,8 +136,10 @@ TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) 
   dir_.Write("src/file.txt", "hello, and more");  // changed underneath: a new size
   auto stale = core->Open(file->nodeid, O_RDONLY);
   EXPECT_EQ(Errno(stale.status()), ESTALE);
-  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
-  // The kernel's retry: LOOKUP (fresh attributes), then OPEN.
+  // The attributes only: the pages wait for the check of the open the kernel retries.
+  EXPECT_EQ(kernel_.attrs, std::vector<uint64_t>{file->nodeid});
+  EXPECT_TRUE(kernel_.inodes.empty());
+  // The kernel's retry: LOOKUP (fresh attributes), then OPEN, which drops the pages.
   auto again = core->Lookup(kRootNodeId, "file.txt");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->nodeid, file->nodeid);
@@ -143,6 +147,7 @@ TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) 
   auto retried = core->Open(file->nodeid, O_RDONLY);
   ASSERT_TRUE(retried.ok()) << retried.status().ToString();
   EXPECT_FALSE(retried->direct_io);
+  EXPECT_FALSE(retried->keep_cache);
 
   // Changed again before the kernel could look it up a second time: no error, but no
   // cached size either.
@@ -150,6 +155,50 @@ TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) 
   auto direct = core->Open(file->nodeid, O_RDONLY);
   ASSERT_TRUE(direct.ok()) << direct.status().ToString();
   EXPECT_TRUE(direct->direct_io);
+}
+
+// A write through the mount is in the kernel's pages before it is in the source, so no
+// open drops the pages of a file open for writing (the kernel would keep zeros where
+// such a write went: tests/integrity_test.cc); and a writer never gets direct I/O (the
+// kernel drops a direct write's range before the write reaches the source).
+TEST_F(FilesystemTest, NoOpenDropsThePagesOfAFileOpenForWriting) {
+  auto core = Make(true);
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  auto writer = core->Open(file->nodeid, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_FALSE(writer->direct_io);
+
+  dir_.Write("src/file.txt", "hello, and more");  // changed underneath
+  auto stale = core->Open(file->nodeid, O_RDONLY);
+  EXPECT_EQ(Errno(stale.status()), ESTALE);  // the kernel's attributes first
+  auto again = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(again.ok());
+  auto reader = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE(kernel_.inodes.empty()) << "a drop while a writer has the file open";
+  EXPECT_TRUE(reader->keep_cache);
+  EXPECT_TRUE(reader->direct_io) << "the reader must read around the older pages";
+
+  // Changed again, the relookup's window still open: a second writer is not given
+  // direct I/O either, and drops the kernel's attributes instead.
+  dir_.Write("src/file.txt", "hi");
+  auto second = core->Open(file->nodeid, O_RDWR);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->direct_io);
+  EXPECT_TRUE(kernel_.inodes.empty());
+
+  // The drop waits for the last writer's release.
+  core->Release(std::move(writer->handle));
+  EXPECT_TRUE(kernel_.inodes.empty());
+  core->Release(std::move(second->handle));
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
+  core->Release(std::move(reader->handle));
+  ASSERT_TRUE(core->Lookup(kRootNodeId, "file.txt").ok());
+  auto after = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_FALSE(after->direct_io);
+  EXPECT_EQ(kernel_.inodes.size(), 1u);
 }
 
 TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {

@@ -198,9 +198,12 @@ void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              struct fuse_file_info* fi) noexcept {
+  // A shared mapping's write-back (writepage) writes pages where they are, whatever
+  // the file's flags say.
+  const bool append = (fi->flags & O_APPEND) != 0 && fi->writepage == 0;
   auto written = Counted(req, RequestKind::k_write)
                      .Write(ino, HandleOf(fi), std::string_view(buf, size),
-                            static_cast<uint64_t>(off), CallerOf(req));
+                            static_cast<uint64_t>(off), CallerOf(req), append);
   if (!written.ok()) return ReplyError(req, written.status());
   fuse_reply_write(req, *written);
 }
@@ -361,6 +364,10 @@ void KernelInvalidator::InvalidateInode(uint64_t nodeid) {
     if (std::shared_ptr<Inode> node = inodes_->Find(nodeid)) node->kernel_pages.Dropped();
   }
   fuse_lowlevel_notify_inval_inode(session_, nodeid, 0, 0);  // attributes and all pages
+}
+
+void KernelInvalidator::InvalidateAttrs(uint64_t nodeid) {
+  fuse_lowlevel_notify_inval_inode(session_, nodeid, -1, 0);  // a negative offset: no page
 }
 
 const char* RequestKindName(RequestKind kind) {

@@ -80,6 +80,7 @@ class KernelInvalidator : public Invalidator {
       : session_(session), inodes_(inodes) {}
   void InvalidateEntry(uint64_t parent_nodeid, const std::string& name) override;
   void InvalidateInode(uint64_t nodeid) override;
+  void InvalidateAttrs(uint64_t nodeid) override;
 
  private:
   struct fuse_session* session_;

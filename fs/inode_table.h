@@ -69,6 +69,11 @@ struct Inode {
   // Held by an open while it compares the file's identity with the kernel's pages and
   // drops them ("open" mode).
   Mutex open_order;
+  // The kernel's pages may not be the file's, and could not be dropped then because the
+  // file was open for writing through the mount (SourceFs::OpenChecked, an append that
+  // landed elsewhere: SourceFs::WriteFd): the last writer's release drops them. Set
+  // anywhere; cleared under open_order.
+  std::atomic<bool> pages_drop_owed{false};
 
   // Guarded by InodeTable::mutex_ (of the table that holds this node). Not written as
   // GUARDED_BY: an Inode does not know its table, so the analysis has no expression

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -35,8 +36,9 @@ Result<UniqueFd> OpenChild(int dir_fd, const std::string& name, int flags, mode_
 // O_DIRECT would break the cache's unaligned reads of the source (the page cache of
 // the mount is the kernel's business, not the source fd's).
 int SourceOpenFlags(int kernel_flags) {
-  return kernel_flags & (O_ACCMODE | O_APPEND | O_TRUNC | O_DSYNC | O_SYNC | O_LARGEFILE |
-                         O_NOATIME);
+  // No O_APPEND: each WRITE says whether it appends (WriteFd); a source fd opened with
+  // it would append every write, those of a shared mapping's write-back too.
+  return kernel_flags & (O_ACCMODE | O_TRUNC | O_DSYNC | O_SYNC | O_LARGEFILE | O_NOATIME);
 }
 
 Result<struct ::stat> StatAt(int dir_fd, const std::string& name) {
@@ -591,6 +593,16 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   if (check_only) open_checks_.fetch_add(1, std::memory_order_relaxed);
   auto& [fd, id] = *opened;
   OpenResult result;
+  const bool may_write = access != O_RDONLY || (flags & O_TRUNC);
+  // A buffered write through the mount is in the kernel's pages before it is in the
+  // source: the kernel copies the bytes in, sends the WRITE, and extends the file when
+  // the reply comes. A drop of the pages in between lets a reader read that page again
+  // from the source, without the bytes, and the kernel then keeps zeros where the write
+  // went. So while another handle holds the file open for writing, this open drops no
+  // page: it reads around them (direct I/O) and the drop waits for the last writer's
+  // release (Release). Handles for writing are made under open_order, so no writer
+  // appears while it is held.
+  const bool writers = (*inode)->open_for_writing.load() > 0;
   if (!inodes_.KernelAttrsShow(**inode, id, seen)) {
     // The kernel kept this name and its attributes since an older state of the file
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
@@ -602,46 +614,73 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // node right after another opener's drop), which fails the open.
     const bool relookup =
         !inodes_.KernelAttrsDropped(**inode) && inodes_.MayAskRelookup(**inode);
-    spdlog::debug("open of node {} (source inode {}, {} bytes): the kernel's attributes may "
-                  "show another state; {}",
-                  nodeid, id.ino, id.size, relookup ? "it looks the name up again" : "direct I/O");
+    spdlog::debug("open of node {} (source inode {}, {} bytes, {}): the kernel's attributes "
+                  "may show another state; {}",
+                  nodeid, id.ino, id.size, may_write ? "for writing" : "read-only",
+                  relookup ? "it looks the name up again" : "direct I/O");
+    Invalidator* kernel = kernel_.load();
     if (relookup) {
-      // Dropped first: a reply still in flight with older attributes is then refused
-      // by the kernel (the drop moves its attribute version on).
-      if (Invalidator* kernel = kernel_.load()) {
+      // The attributes only, dropped first: a reply still in flight with older ones is
+      // then refused by the kernel (the drop moves their version on). The pages wait
+      // for the check of the open the kernel retries.
+      if (kernel != nullptr) {
         inodes_.DropKernelAttrs(**inode);
-        kernel->InvalidateInode(nodeid);
+        kernel->InvalidateAttrs(nodeid);
       }
       open_relookups_.fetch_add(1, std::memory_order_relaxed);
       return Status::Stale(fmt::format("node {}: changed since the kernel's attributes",
                                        nodeid));
     }
-    // Changed again right after that LOOKUP, or another opener's LOOKUP is still on its
-    // way: this open reads past any cached size, from the daemon (a direct I/O read is
-    // not clamped to i_size). No drop of the attributes here: it would move their version
-    // on, and the kernel would discard the reply to the LOOKUP the ESTALE asked for
-    // (and ask again at its next use: a round trip more).
-    result.direct_io = true;
+    if (may_write) {
+      // Never direct I/O for a writer: the kernel drops a direct write's range from its
+      // pages before the write reaches the source (the window above, for every write).
+      // Its attributes are dropped instead: a reply stat'ed before this check is then
+      // refused, and the next read past the size asks anew. That reply to the LOOKUP a
+      // relookup asked for is refused too (a round trip more), which a writer can bear.
+      if (kernel != nullptr) {
+        inodes_.DropKernelAttrs(**inode);
+        kernel->InvalidateAttrs(nodeid);
+      }
+    } else {
+      // Changed again right after that LOOKUP, or another opener's LOOKUP is still on
+      // its way: this open reads past any cached size, from the daemon (a direct I/O
+      // read is not clamped to i_size). No drop of the attributes here: it would move
+      // their version on, and the kernel would discard the reply to the LOOKUP the
+      // ESTALE asked for (and ask again at its next use: a round trip more).
+      result.direct_io = true;
+    }
     open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
   }
   const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
-  result.keep_cache = match == InodeTable::CacheMatch::kSame;
-  if (inodes_.RelookupPending(**inode)) {
-    // The same reason: while a relookup's reply may be on its way, the kernel's pages are
-    // dropped by this open (keep_cache off, which moves no attribute version), whatever
-    // it found, so that no opener keeps pages older than a change another one saw.
-    result.keep_cache = false;
-  } else if (match == InodeTable::CacheMatch::kChanged) {
+  // While a relookup's reply may be on its way, the kernel's pages are dropped by this
+  // open (keep_cache off, which moves no attribute version), whatever it found, so that
+  // no opener keeps pages older than a change another one saw.
+  const bool relookup_pending = inodes_.RelookupPending(**inode);
+  const bool stale = match != InodeTable::CacheMatch::kSame || relookup_pending ||
+                     (*inode)->pages_drop_owed;
+  Invalidator* kernel = kernel_.load();
+  result.keep_cache = !stale;
+  if (stale && writers) {
+    spdlog::debug("open of node {} (source inode {}): the kernel's pages may be older than "
+                  "the file, which is open for writing; dropped at its last release",
+                  nodeid, id.ino);
+    (*inode)->pages_drop_owed = true;
+    result.keep_cache = true;
+    if (!may_write) result.direct_io = true;
+    open_drops_deferred_.fetch_add(1, std::memory_order_relaxed);
+  } else if (match == InodeTable::CacheMatch::kChanged && kernel != nullptr &&
+             !relookup_pending) {
     spdlog::debug("open of node {} (source inode {}): changed since its pages were read",
                   nodeid, id.ino);
-    if (Invalidator* kernel = kernel_.load()) {
-      // Dropped now (attributes and pages), while the lock holds other opens back: an
-      // open that raced this one and found the new identity already recorded would
-      // otherwise keep the old pages until this opener's reply dropped them.
-      inodes_.DropKernelAttrs(**inode);
-      kernel->InvalidateInode(nodeid);
-      result.keep_cache = true;
-    }
+    // Dropped now (attributes and pages), while the lock holds other opens back: an
+    // open that raced this one and found the new identity already recorded would
+    // otherwise keep the old pages until this opener's reply dropped them.
+    inodes_.DropKernelAttrs(**inode);
+    kernel->InvalidateInode(nodeid);
+    (*inode)->pages_drop_owed = false;
+    result.keep_cache = true;
+  } else if (stale) {
+    (*inode)->pages_drop_owed = false;  // keep_cache off drops them at this open
   }
   if (match == InodeTable::CacheMatch::kChanged) cache_->Invalidate(id.dev, id.ino);
   // Without keep_cache the kernel drops the file's pages at this open.
@@ -747,20 +786,53 @@ Result<cache::ReadBuffer> SourceFs::ReadToCurrentEnd(cache::SourceFile& file, in
   }
 }
 
-Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, uint64_t offset) {
+Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, uint64_t offset,
+                               bool append) {
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
   auto fd = fh.Fd();
   if (!fd.ok()) return fd.status();
-  return WriteFd(fd->get(), *fh.inode(), &fh, data, size, offset);
+  return WriteFd(fd->get(), *fh.inode(), &fh, data, size, offset, append);
+}
+
+void SourceFs::Release(std::unique_ptr<FileHandle> fh) {
+  if (!fh) return;
+  const std::shared_ptr<Inode> node = fh->inode();
+  const bool wrote = fh->may_write();
+  fh.reset();
+  if (!wrote) return;
+  // Every write() through that handle has returned: no write of it is in flight.
+  MutexLock order(node->open_order);
+  if (!node->pages_drop_owed.load() || node->open_for_writing.load() > 0) return;
+  node->pages_drop_owed = false;
+  if (Invalidator* kernel = kernel_.load()) {
+    spdlog::debug("node {}: dropping the kernel's pages an open found older, now that no "
+                  "handle writes it", node->nodeid);
+    inodes_.DropKernelAttrs(*node);
+    kernel->InvalidateInode(node->nodeid);
+  }
 }
 
 Result<size_t> SourceFs::WriteFd(int fd, Inode& node, FileHandle* fh, const char* data,
-                                 size_t size, uint64_t offset) {
+                                 size_t size, uint64_t offset, bool append) {
   // The kernel's pages were written through and stay valid; only the cache drops.
   MountChange change(inodes_, &node);
   size_t done = 0;
   while (done < size) {
-    ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
+    ssize_t n;
+    if (append) {
+      // O_APPEND: the kernel chose `offset` from the size it believes, which may be older
+      // than the file (changed underneath, and the watcher or the next open not there
+      // yet). The source appends where it ends now, as a writer of its own would: the
+      // bytes written underneath are not overwritten. (The offset is ignored.)
+      struct iovec iov {const_cast<char*>(data + done), size - done};
+      n = ::pwritev2(fd, &iov, 1, 0, RWF_APPEND);
+      if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL) && done == 0) {
+        append = false;  // a kernel before 4.16: at the kernel's offset, as before
+        continue;
+      }
+    } else {
+      n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (done > 0) break;
@@ -772,7 +844,25 @@ Result<size_t> SourceFs::WriteFd(int fd, Inode& node, FileHandle* fh, const char
   if (auto st = StatFd(fd); st.ok()) {
     auto id = cache::SourceIdentity::FromStat(*st);
     if (fh) fh->set_identity(id);
-    change.Made(id);
+    if (append && static_cast<uint64_t>(st->st_size) != offset + done) {
+      // The bytes went elsewhere than where the kernel put them in its pages (or another
+      // writer wrote meanwhile): its pages and size are not the file's. Not recorded as
+      // the kernel's; its pages are dropped at the last writer's release ("open" mode:
+      // meanwhile opens read around them), or by the watcher right after this write
+      // ("notify" mode: nothing else would correct them while the writer keeps the file
+      // open; the writer's next write, if already under way, may leave zeros in its
+      // page, and the append after it, placed elsewhere again, drops them again).
+      spdlog::debug("node {}: an append the kernel placed at {} ended the file at {}", node.nodeid,
+                    offset, st->st_size);
+      if (fh != nullptr) {
+        node.pages_drop_owed = true;
+      } else if (ChangeWatcher* watcher = watcher_.load();
+                 watcher != nullptr && watcher->follows_contents()) {
+        watcher->InvalidateUnfenced(node.nodeid);
+      }
+    } else {
+      change.Made(id);
+    }
   }
   return done;
 }
@@ -874,13 +964,13 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
 }
 
 Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t size,
-                                   uint64_t offset) {
+                                   uint64_t offset, bool append) {
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
   auto opened = ReopenNode(**inode, O_WRONLY);
   if (!opened.ok()) return opened.status();
-  return WriteFd(opened->first.get(), **inode, nullptr, data, size, offset);
+  return WriteFd(opened->first.get(), **inode, nullptr, data, size, offset, append);
 }
 
 Status SourceFs::FsyncNode(uint64_t nodeid, bool datasync) {
@@ -1060,7 +1150,8 @@ Status SourceFs::RemoveXattr(uint64_t nodeid, const std::string& name) {
 void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
-  uint64_t open = 0, max_open = 0, reopens = 0, checks = 0, relookups = 0, direct_fallbacks = 0;
+  uint64_t open = 0, max_open = 0, reopens = 0, checks = 0, relookups = 0, direct_fallbacks = 0,
+           drops_deferred = 0;
   if (fs) {
     open = fs->handle_fds_.open();
     max_open = fs->handle_fds_.max_open();
@@ -1068,6 +1159,7 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
     checks = fs->open_checks_.load(std::memory_order_relaxed);
     relookups = fs->open_relookups_.load(std::memory_order_relaxed);
     direct_fallbacks = fs->open_direct_fallbacks_.load(std::memory_order_relaxed);
+    drops_deferred = fs->open_drops_deferred_.load(std::memory_order_relaxed);
   }
   visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
             {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
@@ -1093,10 +1185,18 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
             .Show({.row = "source fds", .label = "re-looked-up", .quiet = true}),
         relookups);
   visit(CounterInfo{"open_direct_fallbacks",
-                    "Opens read with direct I/O: the file changed again right after a re-lookup.",
+                    "Opens whose file changed again right after a re-lookup: read-only ones read "
+                    "with direct I/O, ones for writing drop the kernel's attributes.",
                     kCounter}
             .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
         direct_fallbacks);
+  visit(CounterInfo{"open_drops_deferred",
+                    "Opens that found the kernel's pages older than a file open for writing "
+                    "through the mount: read with direct I/O, the pages dropped at the last "
+                    "writer's release.",
+                    kCounter}
+            .Show({.row = "source fds", .label = "drops deferred", .quiet = true}),
+        drops_deferred);
 }
 
 }  // namespace epochfs::fs

@@ -130,7 +130,13 @@ class SourceFs {
   Result<std::pair<Entry, OpenResult>> Create(uint64_t parent, const std::string& name,
                                               mode_t mode, int flags, Caller caller);
   Result<cache::ReadBuffer> Read(FileHandle& fh, uint64_t offset, size_t size);
-  Result<size_t> Write(FileHandle& fh, const char* data, size_t size, uint64_t offset);
+  // `append`: the writer's file is O_APPEND (the WRITE's flags); `offset` is then where
+  // the kernel believes the file ends, and the source appends where it really does.
+  Result<size_t> Write(FileHandle& fh, const char* data, size_t size, uint64_t offset,
+                       bool append = false);
+  // Closes `fh`; the last handle for writing of a file drops the kernel's pages an open
+  // could not drop while it was open for writing (OpenChecked).
+  void Release(std::unique_ptr<FileHandle> fh);
   Status Fsync(FileHandle& fh, bool datasync);
 
   // The same for requests that come without a file handle: in the "notify" consistency
@@ -139,7 +145,8 @@ class SourceFs {
   // file unlinked or renamed over while a reader has it open is still that file.
   Result<struct ::stat> GetAttrByNode(uint64_t nodeid);
   Result<cache::ReadBuffer> ReadNode(uint64_t nodeid, uint64_t offset, size_t size);
-  Result<size_t> WriteNode(uint64_t nodeid, const char* data, size_t size, uint64_t offset);
+  Result<size_t> WriteNode(uint64_t nodeid, const char* data, size_t size, uint64_t offset,
+                           bool append = false);
   Status FsyncNode(uint64_t nodeid, bool datasync);
 
   // The one link made after construction, because it is a cycle: the watcher and the
@@ -261,7 +268,7 @@ class SourceFs {
   // Writes through `fd` (of `node`), then drops the cache's copy and records the
   // identity the write left; `fh` (if any) takes that identity too.
   Result<size_t> WriteFd(int fd, Inode& node, FileHandle* fh, const char* data, size_t size,
-                         uint64_t offset);
+                         uint64_t offset, bool append);
   std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
                                         const cache::SourceIdentity& id, int flags);
   // "notify" mode: records `id` as what the kernel now holds of `inode`; when it differs
@@ -297,6 +304,7 @@ class SourceFs {
   std::atomic<uint64_t> open_relookups_{0};
   std::atomic<uint64_t> open_checks_{0};
   std::atomic<uint64_t> open_direct_fallbacks_{0};
+  std::atomic<uint64_t> open_drops_deferred_{0};
   prefetch::Prefetcher* const prefetcher_;  // plans are resolved for it; may be null
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes
 };

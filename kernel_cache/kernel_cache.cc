@@ -11,7 +11,6 @@
 #include "kernel_cache/mount_view.h"
 #include "kernel_cache/page_cache_pusher.h"
 #include "kernel_cache/residency.h"
-#include "kernel_cache/write_fence.h"
 #include "spdlog/spdlog.h"
 
 namespace epochfs::kernel_cache {
@@ -88,11 +87,7 @@ void KernelCache::Start(const Mount& mount) {
   const bool limited = pusher_->one_copy();
   residency_->SetBudget(
       limited ? mount.ram_budget : std::max(mount.ram_budget, physical), /*count_reads=*/!limited);
-  // Writers through the mount are held off a file while its pages are stored or dropped
-  // (write_fence.h): by the node's open lock in "open" mode, by a read lease taken
-  // through the mount in "notify" mode.
-  fence_ = std::make_unique<WriteFence>(mount.open_mode ? std::filesystem::path() : mount.mountpoint);
-  pusher_->Attach(mount.session, mount.fs->inodes(), *mount.cache, *mount.invalidator, *fence_);
+  pusher_->Attach(mount.session, mount.fs->inodes(), *mount.cache, *mount.invalidator, *mount.fence);
   activity_->SetPusher(pusher_.get());
   // After a restart: a reader that never lists (it opens files by path from a list of
   // its own) gives the kernel no inode to push into before each open. The recorded

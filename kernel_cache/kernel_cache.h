@@ -45,6 +45,7 @@
 #include "fs/inode_table.h"
 #include "fs/source_fs.h"
 #include "fs/source_observer.h"
+#include "fs/write_fence.h"
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::kernel_cache {
@@ -56,7 +57,6 @@ class KernelListing;
 class MountView;
 class PageCachePusher;
 class Residency;
-class WriteFence;
 
 class KernelCache {
  public:
@@ -83,6 +83,9 @@ class KernelCache {
     fs::SourceFs* fs = nullptr;
     cache::Cache* cache = nullptr;
     fs::Invalidator* invalidator = nullptr;
+    // Holds writers through the mount off a file while its pages are stored or dropped;
+    // outlives this module.
+    fs::WriteFence* fence = nullptr;
     prefetch::Prefetcher* prefetcher = nullptr;
     uint64_t ram_budget = 0;  // --ram
     bool read_only = false;   // --read-only: READs leave the kernel's attributes fresh
@@ -103,7 +106,6 @@ class KernelCache {
   // Declared in the order they are needed; destroyed in reverse.
   std::shared_ptr<Residency> residency_;     // shared with the pusher (drop_callback)
   std::shared_ptr<PageCachePusher> pusher_;  // null: not pushing
-  std::unique_ptr<WriteFence> fence_;         // until the pusher is detached
   std::unique_ptr<KernelActivity> activity_;
   std::unique_ptr<AccessWatcher> access_;
   std::unique_ptr<MountView> mount_view_;  // the listings open folders through it

@@ -36,7 +36,7 @@ PageCachePusher::~PageCachePusher() {
 }
 
 void PageCachePusher::Attach(struct fuse_session* session, fs::InodeTable& inodes,
-                             cache::Cache& cache, fs::Invalidator& invalidator, WriteFence& fence) {
+                             cache::Cache& cache, fs::Invalidator& invalidator, fs::WriteFence& fence) {
   std::unique_lock attached(attach_mu_);
   session_ = session;
   inodes_ = &inodes;
@@ -136,7 +136,7 @@ PushResult PageCachePusher::StoreChecked(fs::Inode& node, const cache::SourceIde
   bool forgotten = false;
   {
     MutexLock order(node.open_order);
-    const Result<WriteFence::Held> fenced = fence_->Enter(*inodes_, node);
+    const Result<fs::WriteFence::Held> fenced = fence_->Enter(*inodes_, node);
     if (!fenced.ok()) {
       if (fenced.status().code() == Code::kBusy) {
         writers_open_.fetch_add(1, std::memory_order_relaxed);
@@ -325,7 +325,7 @@ void PageCachePusher::RunDrops() {
       // A node the kernel forgot took its pages with it.
       if (!node || node->is_dir) continue;
       MutexLock order(node->open_order);
-      const Result<WriteFence::Held> fenced = fence_->Enter(*inodes_, *node);
+      const Result<fs::WriteFence::Held> fenced = fence_->Enter(*inodes_, *node);
       if (!fenced.ok() && fenced.status().code() == Code::kBusy) {
         // A writer has the file open: its pages are the write's to keep current. Tried
         // again later (until then the kernel holds them beyond --ram).
@@ -396,7 +396,7 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
         s.refused);
   visit(CounterInfo{"push_writers_open",
                     "Pushes and page drops put off: a writer had the file open through the "
-                    "mount (kernel_cache/write_fence.h).",
+                    "mount (fs/write_fence.h).",
                     kCounter}
             .Show({.row = "page cache pushes", .label = "writers open"}),
         s.writers_open);

@@ -23,7 +23,7 @@
 //    payload is then copied out of those pages. So a file is stored into (or its pages
 //    dropped) only behind a WriteFence, which holds writers off at open: no file open
 //    for writing through the mount is pushed, and none is opened for writing while a
-//    store or a drop is under way (kernel_cache/write_fence.h).
+//    store or a drop is under way (fs/write_fence.h).
 //  Only bytes whose identity matches the source now, the kernel's attributes (so the
 //  store does not change i_size) and which are older than the racily clean window are
 //  pushed.
@@ -56,7 +56,7 @@
 #include "fs/change_watcher.h"
 #include "fs/inode_table.h"
 #include "kernel_cache/residency.h"
-#include "kernel_cache/write_fence.h"
+#include "fs/write_fence.h"
 #include "prefetcher/kernel_pages.h"
 
 namespace epochfs::kernel_cache {
@@ -92,7 +92,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   // through the mount out of a file while its pages are stored or dropped. All outlive
   // Detach().
   void Attach(struct fuse_session* session, fs::InodeTable& inodes, cache::Cache& cache,
-              fs::Invalidator& invalidator, WriteFence& fence);
+              fs::Invalidator& invalidator, fs::WriteFence& fence);
   // No more pushes or drops; returns once the pushes in flight are done. Call before
   // the session ends. Idempotent.
   void Detach();
@@ -167,7 +167,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   fs::InodeTable* inodes_ = nullptr;
   cache::Cache* cache_ = nullptr;
   fs::Invalidator* invalidator_ = nullptr;
-  WriteFence* fence_ = nullptr;
+  fs::WriteFence* fence_ = nullptr;
 
   const std::shared_ptr<Residency> residency_;
   const bool one_copy_;

@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -247,46 +249,170 @@ TEST_P(IntegrityTest, AReaderSeesWhatAnotherOpenWroteBeyondItsOpenSize) {
 // be lost, in the source or as the mount shows it afterwards, and no reader, through
 // the page cache or O_DIRECT, may see a byte that was never written (the kernel used to
 // zero-fill a page it re-read while an append was in flight: fs/fuse_ops.cc, DoInit).
-TEST_P(IntegrityTest, AppendingWriterWithConcurrentReadersLosesNoLine) {
-  WriteFile(src_ / "log", "");
-  auto m = MountIt();
-  ASSERT_TRUE(m->ok());
-  constexpr int kLines = 8000;
+// What readers saw while a writer appended lines to a file through the mount.
+struct AppendSeen {
+  std::string source;    // the source file once the writer closed
+  std::string mount;     // the file through the mount then
+  std::string want;      // every line, in order
+  int zero_direct_reads = 0;  // O_DIRECT reads that held a NUL byte (the file has none)
+  int zero_cached_reads = 0;  // the same through the page cache
+  std::string first_zero;     // where the first one was, for the failure message
+};
+
+// One writer appends `lines` lines to `name` through the mount, opened O_APPEND once
+// `before_write` has run on that fd's open, while two readers (one O_DIRECT, one through
+// the page cache) open and read the whole file again and again, and `beside` runs once
+// per 100 lines.
+AppendSeen AppendWithReaders(const fsys::path& mnt, const fsys::path& src, const std::string& name,
+                             int lines, const std::function<void()>& beside = {}) {
+  AppendSeen seen;
   std::atomic<bool> done{false};
-  std::atomic<int> zero_direct_reads{0}, zero_cached_reads{0};
+  std::atomic<int> zero_direct{0}, zero_cached{0};
+  std::mutex first_mu;
   auto read_loop = [&](bool direct, std::atomic<int>& zero_reads) {
     void* raw = nullptr;
     ASSERT_EQ(::posix_memalign(&raw, 4096, 1 << 20), 0);
     std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
     while (!done) {
-      int fd = ::open((mnt_ / "log").c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+      int fd = ::open((mnt / name).c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
       ASSERT_GE(fd, 0) << std::strerror(errno);
       std::string got;
       ssize_t n;
       while ((n = ::read(fd, buf.get(), 1 << 20)) > 0) got.append(buf.get(), n);
       ::close(fd);
-      if (got.find('\0') != std::string::npos) zero_reads++;
+      if (size_t zero = got.find('\0'); zero != std::string::npos) {
+        zero_reads++;
+        std::lock_guard lock(first_mu);
+        if (seen.first_zero.empty()) {
+          seen.first_zero = std::string(direct ? "an O_DIRECT" : "a cached") + " read of " +
+                            std::to_string(got.size()) + " bytes: NUL at " + std::to_string(zero);
+        }
+      }
     }
   };
-  std::thread direct_reader(read_loop, true, std::ref(zero_direct_reads));
-  std::thread cached_reader(read_loop, false, std::ref(zero_cached_reads));
-  int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
-  ASSERT_GE(fd, 0);
-  for (int i = 0; i < kLines; i++) {
+  std::thread direct_reader(read_loop, true, std::ref(zero_direct));
+  std::thread cached_reader(read_loop, false, std::ref(zero_cached));
+  int fd = ::open((mnt / name).c_str(), O_WRONLY | O_APPEND);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  for (int i = 0; i < lines && fd >= 0; i++) {
     const std::string line = "line " + std::to_string(i) + "\n";
-    ASSERT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    EXPECT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    if (beside && i % 100 == 0) beside();
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   done = true;
   direct_reader.join();
   cached_reader.join();
-  std::string want;
-  for (int i = 0; i < kLines; i++) want += "line " + std::to_string(i) + "\n";
-  EXPECT_EQ(ReadFile(src_ / "log"), want);
-  EXPECT_EQ(ReadFile(mnt_ / "log"), want);
+  seen.zero_direct_reads = zero_direct;
+  seen.zero_cached_reads = zero_cached;
+  seen.source = ReadFile(src / name);
+  seen.mount = ReadFile(mnt / name);
+  return seen;
+}
+
+std::string Lines(int from, int to) {
+  std::string text;
+  for (int i = from; i < to; i++) text += "line " + std::to_string(i) + "\n";
+  return text;
+}
+
+TEST_P(IntegrityTest, AppendingWriterWithConcurrentReadersLosesNoLine) {
+  WriteFile(src_ / "log", "");
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  const AppendSeen seen = AppendWithReaders(mnt_, src_, "log", 8000);
+  EXPECT_EQ(seen.source, Lines(0, 8000));
+  EXPECT_EQ(seen.mount, Lines(0, 8000));
   // The counters say which of the daemon's decisions (drops, direct I/O) were in play.
-  EXPECT_EQ(zero_direct_reads.load(), 0) << m->Stats().dump();
-  EXPECT_EQ(zero_cached_reads.load(), 0) << m->Stats().dump();
+  EXPECT_EQ(seen.zero_direct_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
+  EXPECT_EQ(seen.zero_cached_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
+}
+
+// A write through the mount is in the kernel's pages before it is in the source: the
+// kernel copies the bytes into its page, sends the WRITE, and extends the file's size
+// when the reply comes. A drop of the pages in between lets a reader read that page
+// again from the source, without the bytes, and the kernel then keeps zeros where the
+// write went. Such a drop comes from the writer's own open when it reads with direct
+// I/O (the kernel drops the range before each direct write), and from another opener
+// that finds the file changed. Here the appender opens right after a reader's open
+// dropped the kernel's attributes: an open whose attributes the daemon cannot vouch
+// for.
+TEST_P(IntegrityTest, AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders) {
+  WriteFile(src_ / "log", Lines(0, 10));
+  AgeFile(src_ / "log", 3600);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
+  // Changed underneath: the next open through the mount drops what the kernel holds.
+  {
+    std::ofstream out(src_ / "log", std::ios::app);
+    out << Lines(10, 20);
+  }
+  AgeFile(src_ / "log", 3600);
+  if (std::string(GetParam()) == "notify") {
+    // The watcher's drop, not an open, is what tells the kernel there; wait for it (the
+    // appender's offset is the kernel's size: AnAppendNeverOverwritesBytesAppendedUnderneath).
+    const auto size = static_cast<off_t>(Lines(0, 20).size());
+    for (int i = 0; i < 200 && Lstat(mnt_ / "log").st_size != size; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  const int reader = ::open((mnt_ / "log").c_str(), O_RDONLY);
+  ASSERT_GE(reader, 0);
+  const AppendSeen seen = AppendWithReaders(mnt_, src_, "log", 4000);
+  ::close(reader);
+  EXPECT_EQ(seen.source, Lines(0, 20) + Lines(0, 4000));
+  EXPECT_EQ(seen.mount, Lines(0, 20) + Lines(0, 4000));
+  EXPECT_EQ(seen.zero_direct_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
+  EXPECT_EQ(seen.zero_cached_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
+}
+
+// An O_APPEND write through the mount is placed by the kernel at the end it believes,
+// which may be older than the file: changed underneath a moment ago ("notify" mode: the
+// watcher's drop is on its way). The source must append where the file really ends, not
+// over what was written underneath; the mount shows the file as it is once that writer
+// is done.
+TEST_P(IntegrityTest, AnAppendNeverOverwritesBytesAppendedUnderneath) {
+  WriteFile(src_ / "log", Lines(0, 10));
+  AgeFile(src_ / "log", 3600);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
+  {
+    std::ofstream out(src_ / "log", std::ios::app);
+    out << Lines(10, 20);
+  }
+  const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string mine = "appended through the mount\n";
+  EXPECT_EQ(::write(fd, mine.data(), mine.size()), static_cast<ssize_t>(mine.size()));
+  ::close(fd);
+  EXPECT_EQ(ReadFile(src_ / "log"), Lines(0, 20) + mine);
+  std::string seen;
+  for (int i = 0; i < 200 && seen != Lines(0, 20) + mine; i++) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = ReadFile(mnt_ / "log");
+  }
+  EXPECT_EQ(seen, Lines(0, 20) + mine);
+}
+
+// The other half: while the appender writes, something underneath changes the file's
+// attributes (a chmod: its ctime moves, its bytes do not). Every reader's open after
+// that finds the file changed; none may drop the kernel's pages while the appender's
+// writes are on their way.
+TEST_P(IntegrityTest, OpensThatFindAFileChangedDropNothingUnderAnAppender) {
+  WriteFile(src_ / "log", "");
+  AgeFile(src_ / "log", 3600);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  int flip = 0;
+  const AppendSeen seen = AppendWithReaders(mnt_, src_, "log", 6000, [&] {
+    ASSERT_EQ(::chmod((src_ / "log").c_str(), (flip++ % 2) ? 0644 : 0664), 0);
+  });
+  EXPECT_EQ(seen.source, Lines(0, 6000));
+  EXPECT_EQ(seen.mount, Lines(0, 6000));
+  EXPECT_EQ(seen.zero_direct_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
+  EXPECT_EQ(seen.zero_cached_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
 }
 
 // ---------------------------------------------------------------------------------

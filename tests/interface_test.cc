@@ -464,6 +464,7 @@ const std::vector<std::string> kStatsKeys = {
     "not_admitted",
     "open_checks",
     "open_direct_fallbacks",
+    "open_drops_deferred",
     "open_file_fd_reopens",
     "open_file_fds",
     "open_file_fds_max",
@@ -575,6 +576,7 @@ const std::vector<std::string> kStatsKeys = {
     "stale_entries",
     "uptime_s",
     "version",
+    "watch_drops_deferred",
     "watch_failures",
     "watched_dirs",
 };

@@ -37,7 +37,7 @@
 #include "base/unique_fd.h"
 #include "fs/inode_table.h"
 
-namespace epochfs::kernel_cache {
+namespace epochfs::fs {
 
 class WriteFence {
  public:
@@ -66,13 +66,16 @@ class WriteFence {
   // A Held while no write through the mount can touch `node`'s pages; kBusy while a
   // writer has the file open, another error where the lease cannot be taken (it says
   // why). REQUIRES: node.open_order held ("open" mode reads the writers' count under it).
-  Result<Held> Enter(const fs::InodeTable& inodes, fs::Inode& node);
+  Result<Held> Enter(const InodeTable& inodes, Inode& node);
+  // Whether the fence is a read lease ("notify" mode) rather than the node's count of
+  // handles open for writing ("open" mode, which Enter reads under open_order).
+  bool leases() const { return !lease_through_.empty(); }
 
  private:
-  Result<Held> Lease(const fs::InodeTable& inodes, const fs::Inode& node);
+  Result<Held> Lease(const InodeTable& inodes, const Inode& node);
 
   const std::filesystem::path lease_through_;
   std::atomic<bool> lease_error_logged_{false};
 };
 
-}  // namespace epochfs::kernel_cache
+}  // namespace epochfs::fs

@@ -1,4 +1,4 @@
-#include "kernel_cache/write_fence.h"
+#include "fs/write_fence.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -9,14 +9,14 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
-namespace epochfs::kernel_cache {
+namespace epochfs::fs {
 
 WriteFence::WriteFence(std::filesystem::path lease_through)
     : lease_through_(std::move(lease_through)) {
   if (!lease_through_.empty()) ::signal(SIGIO, SIG_IGN);
 }
 
-Result<WriteFence::Held> WriteFence::Enter(const fs::InodeTable& inodes, fs::Inode& node) {
+Result<WriteFence::Held> WriteFence::Enter(const InodeTable& inodes, Inode& node) {
   if (node.is_dir) return Status::InvalidArgument("a directory has no pages to fence");
   if (lease_through_.empty()) {
     if (node.open_for_writing.load() > 0) {
@@ -27,7 +27,7 @@ Result<WriteFence::Held> WriteFence::Enter(const fs::InodeTable& inodes, fs::Ino
   return Lease(inodes, node);
 }
 
-Result<WriteFence::Held> WriteFence::Lease(const fs::InodeTable& inodes, const fs::Inode& node) {
+Result<WriteFence::Held> WriteFence::Lease(const InodeTable& inodes, const Inode& node) {
   const std::string relative = inodes.PathOf(node);
   if (relative.empty()) return Status::NotFound(fmt::format("node {} has no name", node.nodeid));
   const std::filesystem::path path = lease_through_ / relative;
@@ -65,4 +65,4 @@ Result<WriteFence::Held> WriteFence::Lease(const fs::InodeTable& inodes, const f
   return Held(std::move(fd));
 }
 
-}  // namespace epochfs::kernel_cache
+}  // namespace epochfs::fs
