@@ -179,6 +179,8 @@ void ChangeWatcher::Run() {
       }
     }
     for (const auto& [name, mask] : batch) Handle(name.first, mask, name.second);
+    MutexLock lock(mutex_);  // a drop a writer put off is queued for later
+    if (!later_at_.empty()) next_due_ns = later_at_.begin()->first;
   }
 }
 
@@ -221,13 +223,31 @@ bool ChangeWatcher::DropFenced(Inode& node) {
   if (fence_ != nullptr && !fence_->leases()) order.emplace(node.open_order);  // Enter's contract
   Result<WriteFence::Held> held =
       fence_ != nullptr ? fence_->Enter(table_, node) : Result<WriteFence::Held>(WriteFence::Held());
+  const int64_t now = cache::WallClockNs();
   if (!held.ok() && held.status().code() == Code::kBusy) {
-    drops_deferred_.fetch_add(1, std::memory_order_relaxed);
-    InvalidateLater(node.nodeid, cache::WallClockNs() + kWriterRetryNs);
-    return false;
+    // Not for ever: a writer may keep its file open for hours (a log), and the kernel's
+    // pages of the change underneath are wrong meanwhile (with a size learnt from a
+    // later reply, its old last page shows zeros). After kWriterWaitNs the drop goes
+    // ahead: a write of the mount's that happens to be on its way then may leave zeros
+    // in its page until the next drop, a rarer and shorter harm.
+    MutexLock lock(mutex_);
+    const int64_t since = deferred_since_.emplace(node.nodeid, now).first->second;
+    if (now - since < kWriterWaitNs) {
+      drops_deferred_.fetch_add(1, std::memory_order_relaxed);
+      // Once in the queue per node, however many events ask meanwhile.
+      const bool queued = std::any_of(later_at_.begin(), later_at_.end(),
+                                      [&](const auto& at) { return at.second == node.nodeid; });
+      if (!queued) later_at_.emplace(now + kWriterRetryNs, node.nodeid);
+      return false;
+    }
+    drops_forced_.fetch_add(1, std::memory_order_relaxed);
+  }
+  {
+    MutexLock lock(mutex_);
+    deferred_since_.erase(node.nodeid);
   }
   // Any other refusal (no lease to be had: fs.leases-enable=0, the name gone meanwhile)
-  // drops unfenced: a change underneath must not stay hidden from readers.
+  // drops unfenced too: a change underneath must not stay hidden from readers.
   table_.DropKernelAttrs(node);
   invalidator_.InvalidateInode(node.nodeid);
   return true;
@@ -300,6 +320,12 @@ void ChangeWatcher::VisitCounters(const ChangeWatcher* watcher, const CounterVis
                     CounterKind::kCounter}
             .Show({.row = "change watch", .label = "drops put off", .quiet = true}),
         value(&ChangeWatcher::drops_deferred));
+  visit(CounterInfo{"watch_drops_forced",
+                    "Of those, drops made while the writer still had the file open, once "
+                    "they had waited a second.",
+                    CounterKind::kCounter}
+            .Show({.row = "change watch", .label = "drops forced", .quiet = true}),
+        value(&ChangeWatcher::drops_forced));
 }
 
 }  // namespace epochfs::fs

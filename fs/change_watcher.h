@@ -63,6 +63,8 @@ class ChangeWatcher {
                                                       Scope scope = Scope::kEverything,
                                                       WriteFence* fence = nullptr);
   static constexpr int64_t kWriterRetryNs = 50'000'000;
+  // How long a drop waits for the file's writers at most (DropFenced).
+  static constexpr int64_t kWriterWaitNs = 1'000'000'000;
   // Whether the watcher follows changes to files' contents (Scope::kEverything).
   bool follows_contents() const { return scope_ == Scope::kEverything; }
   ~ChangeWatcher();
@@ -86,6 +88,7 @@ class ChangeWatcher {
     return identity_invalidations_.load(std::memory_order_relaxed);
   }
   uint64_t drops_deferred() const { return drops_deferred_.load(std::memory_order_relaxed); }
+  uint64_t drops_forced() const { return drops_forced_.load(std::memory_order_relaxed); }
 
   uint64_t watched() const;
   uint64_t events() const { return events_.load(std::memory_order_relaxed); }
@@ -118,12 +121,15 @@ class ChangeWatcher {
   std::unordered_map<uint64_t, int> wd_by_nodeid_ GUARDED_BY(mutex_);
   std::vector<uint64_t> later_ GUARDED_BY(mutex_);
   std::vector<uint64_t> unfenced_ GUARDED_BY(mutex_);
+  // Nodes whose drop a writer put off, and since when (wall clock).
+  std::unordered_map<uint64_t, int64_t> deferred_since_ GUARDED_BY(mutex_);
   std::multimap<int64_t, uint64_t> later_at_ GUARDED_BY(mutex_);  // wall clock -> node
   // Drops the nodes queued by InvalidateLater that are due; returns the wall clock time
   // the next one is due, or 0.
   int64_t DropDueNodes();
   std::atomic<uint64_t> identity_invalidations_{0};
   std::atomic<uint64_t> drops_deferred_{0};
+  std::atomic<uint64_t> drops_forced_{0};
   std::atomic<uint64_t> events_{0};
   std::atomic<uint64_t> watch_failures_{0};
   std::thread thread_;

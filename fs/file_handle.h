@@ -90,6 +90,8 @@ class FileHandle {
   const std::shared_ptr<Inode>& inode() const { return inode_; }
   // Opened for writing: counted in the node's open_for_writing while the handle lives.
   bool may_write() const { return (flags_ & O_ACCMODE) != O_RDONLY; }
+  // Its source fd is O_APPEND.
+  bool appends() const { return (flags_ & O_APPEND) != 0; }
   // The source fd, reopened first if the budget closed it (or the open only checked
   // the file: SourceFs::Open).
   Result<FdLease> Fd();

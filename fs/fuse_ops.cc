@@ -170,6 +170,10 @@ void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept 
   fi->fh = reinterpret_cast<uint64_t>(open->handle.get());
   if (fuse_reply_open(req, fi) == 0) {
     open->handle.release();  // owned by the kernel's file now; freed in release
+  } else {
+    // The opener is gone (interrupted): released as the kernel would have, so that a
+    // drop owed to the last writer (SourceFs::Release) is paid.
+    Ctx(req).fs->Release(std::move(open->handle));
   }
 }
 
@@ -183,6 +187,7 @@ void DoCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (fuse_reply_create(req, &e, fi) == 0) {
     created->handle.release();
   } else {
+    fs.Release(std::move(created->handle));
     fs.Forget(created->entry.nodeid, 1);  // the kernel never got the entry
   }
 }
@@ -198,9 +203,12 @@ void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              struct fuse_file_info* fi) noexcept {
-  // A shared mapping's write-back (writepage) writes pages where they are, whatever
-  // the file's flags say.
-  const bool append = (fi->flags & O_APPEND) != 0 && fi->writepage == 0;
+  // An O_APPEND write appends where the source ends (SourceFs::Write). Not a shared
+  // mapping's write-back (writepage), which writes pages where they are, and not direct
+  // I/O: the kernel splits a large one into WRITEs at consecutive offsets sent at once,
+  // which workers would append in the order they happen to run.
+  const bool append =
+      (fi->flags & O_APPEND) != 0 && (fi->flags & O_DIRECT) == 0 && fi->writepage == 0;
   auto written = Counted(req, RequestKind::k_write)
                      .Write(ino, HandleOf(fi), std::string_view(buf, size),
                             static_cast<uint64_t>(off), CallerOf(req), append);

@@ -36,9 +36,46 @@ Result<UniqueFd> OpenChild(int dir_fd, const std::string& name, int flags, mode_
 // O_DIRECT would break the cache's unaligned reads of the source (the page cache of
 // the mount is the kernel's business, not the source fd's).
 int SourceOpenFlags(int kernel_flags) {
-  // No O_APPEND: each WRITE says whether it appends (WriteFd); a source fd opened with
-  // it would append every write, those of a shared mapping's write-back too.
-  return kernel_flags & (O_ACCMODE | O_TRUNC | O_DSYNC | O_SYNC | O_LARGEFILE | O_NOATIME);
+  // O_APPEND kept (a file marked append-only refuses an open for writing without it);
+  // each WRITE says for itself whether it appends (SourceFs::WriteFd).
+  return kernel_flags & (O_ACCMODE | O_APPEND | O_TRUNC | O_DSYNC | O_SYNC | O_LARGEFILE |
+                         O_NOATIME);
+}
+
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020  // Linux 6.9; older headers lack it
+#endif
+
+// Writes `size` bytes of `data` to `fd`: appended at the end the file has (`append`,
+// the offset ignored), or at `offset` even where `fd` is O_APPEND. Returns the bytes
+// written and, for an append, where they end (-1: unknown).
+Result<std::pair<size_t, int64_t>> WriteSource(int fd, bool fd_appends, const char* data,
+                                               size_t size, uint64_t offset, bool append) {
+  // RWF_APPEND and RWF_NOAPPEND are per write; a kernel without them says EOPNOTSUPP
+  // (EINVAL before 4.16), and the write goes as the fd's flag says.
+  int per_write = append ? RWF_APPEND : (fd_appends ? RWF_NOAPPEND : 0);
+  size_t done = 0;
+  while (done < size) {
+    struct iovec iov {const_cast<char*>(data + done), size - done};
+    // -1 with an append: at the fd's position, which the append leaves at its end.
+    const off_t at = append ? -1 : static_cast<off_t>(offset + done);
+    ssize_t n = per_write != 0 ? ::pwritev2(fd, &iov, 1, at, per_write)
+                               : ::pwritev(fd, &iov, 1, at < 0 ? static_cast<off_t>(offset + done) : at);
+    if (n < 0 && per_write != 0 && (errno == EOPNOTSUPP || errno == EINVAL) && done == 0) {
+      per_write = 0;
+      append = append && fd_appends;  // an O_APPEND fd still appends a pwrite
+      continue;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (done > 0) break;
+      return Errno("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  int64_t end = -1;
+  if (append && per_write != 0) end = ::lseek(fd, 0, SEEK_CUR);
+  return std::make_pair(done, end);
 }
 
 Result<struct ::stat> StatAt(int dir_fd, const std::string& name) {
@@ -619,14 +656,23 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
                   nodeid, id.ino, id.size, may_write ? "for writing" : "read-only",
                   relookup ? "it looks the name up again" : "direct I/O");
     Invalidator* kernel = kernel_.load();
-    if (relookup) {
-      // The attributes only, dropped first: a reply still in flight with older ones is
-      // then refused by the kernel (the drop moves their version on). The pages wait
-      // for the check of the open the kernel retries.
-      if (kernel != nullptr) {
-        inodes_.DropKernelAttrs(**inode);
+    // Dropped first: a reply still in flight with older attributes is then refused by
+    // the kernel (the drop moves their version on). The pages go too, unless another
+    // handle writes the file: the LOOKUP's larger size would otherwise make the old
+    // last page, zero-filled past the old end, readable to whoever has the file open.
+    // Under a writer only the attributes go, and the pages at its last release.
+    auto drop = [&] {
+      if (kernel == nullptr) return;
+      inodes_.DropKernelAttrs(**inode);
+      if (writers) {
         kernel->InvalidateAttrs(nodeid);
+        (*inode)->pages_drop_owed = true;
+      } else {
+        kernel->InvalidateInode(nodeid);
       }
+    };
+    if (relookup) {
+      drop();
       open_relookups_.fetch_add(1, std::memory_order_relaxed);
       return Status::Stale(fmt::format("node {}: changed since the kernel's attributes",
                                        nodeid));
@@ -634,13 +680,10 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     if (may_write) {
       // Never direct I/O for a writer: the kernel drops a direct write's range from its
       // pages before the write reaches the source (the window above, for every write).
-      // Its attributes are dropped instead: a reply stat'ed before this check is then
-      // refused, and the next read past the size asks anew. That reply to the LOOKUP a
-      // relookup asked for is refused too (a round trip more), which a writer can bear.
-      if (kernel != nullptr) {
-        inodes_.DropKernelAttrs(**inode);
-        kernel->InvalidateAttrs(nodeid);
-      }
+      // Dropped instead: a reply stat'ed before this check is then refused, and the next
+      // read past the size asks anew. That reply to the LOOKUP a relookup asked for is
+      // refused too (a round trip more), which a writer can bear.
+      drop();
     } else {
       // Changed again right after that LOOKUP, or another opener's LOOKUP is still on
       // its way: this open reads past any cached size, from the daemon (a direct I/O
@@ -791,7 +834,7 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
   auto fd = fh.Fd();
   if (!fd.ok()) return fd.status();
-  return WriteFd(fd->get(), *fh.inode(), &fh, data, size, offset, append);
+  return WriteFd(fd->get(), fh.appends(), *fh.inode(), &fh, data, size, offset, append);
 }
 
 void SourceFs::Release(std::unique_ptr<FileHandle> fh) {
@@ -812,48 +855,31 @@ void SourceFs::Release(std::unique_ptr<FileHandle> fh) {
   }
 }
 
-Result<size_t> SourceFs::WriteFd(int fd, Inode& node, FileHandle* fh, const char* data,
-                                 size_t size, uint64_t offset, bool append) {
+Result<size_t> SourceFs::WriteFd(int fd, bool fd_appends, Inode& node, FileHandle* fh,
+                                 const char* data, size_t size, uint64_t offset, bool append) {
   // The kernel's pages were written through and stay valid; only the cache drops.
   MountChange change(inodes_, &node);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n;
-    if (append) {
-      // O_APPEND: the kernel chose `offset` from the size it believes, which may be older
-      // than the file (changed underneath, and the watcher or the next open not there
-      // yet). The source appends where it ends now, as a writer of its own would: the
-      // bytes written underneath are not overwritten. (The offset is ignored.)
-      struct iovec iov {const_cast<char*>(data + done), size - done};
-      n = ::pwritev2(fd, &iov, 1, 0, RWF_APPEND);
-      if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL) && done == 0) {
-        append = false;  // a kernel before 4.16: at the kernel's offset, as before
-        continue;
-      }
-    } else {
-      n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (done > 0) break;
-      return Errno("write");
-    }
-    done += static_cast<size_t>(n);
-  }
+  // An append: the kernel chose `offset` from the size it believes, which may be older
+  // than the file (changed underneath, the watcher or the next open not there yet). The
+  // source appends where it ends now, as a writer of its own would: what was written
+  // underneath is not overwritten.
+  auto written = WriteSource(fd, fd_appends, data, size, offset, append);
+  if (!written.ok()) return written.status();
+  const auto [done, end] = *written;
   cache_->Invalidate(node.dev, node.ino);
   if (auto st = StatFd(fd); st.ok()) {
     auto id = cache::SourceIdentity::FromStat(*st);
     if (fh) fh->set_identity(id);
-    if (append && static_cast<uint64_t>(st->st_size) != offset + done) {
-      // The bytes went elsewhere than where the kernel put them in its pages (or another
-      // writer wrote meanwhile): its pages and size are not the file's. Not recorded as
-      // the kernel's; its pages are dropped at the last writer's release ("open" mode:
-      // meanwhile opens read around them), or by the watcher right after this write
-      // ("notify" mode: nothing else would correct them while the writer keeps the file
-      // open; the writer's next write, if already under way, may leave zeros in its
-      // page, and the append after it, placed elsewhere again, drops them again).
-      spdlog::debug("node {}: an append the kernel placed at {} ended the file at {}", node.nodeid,
-                    offset, st->st_size);
+    if (end >= 0 && static_cast<uint64_t>(end) != offset + done) {
+      // The bytes went elsewhere than where the kernel put them in its pages: its pages
+      // and size are not the file's. Not recorded as the kernel's; its pages are dropped
+      // at the last writer's release ("open" mode: meanwhile opens read around them),
+      // or by the watcher right after this write ("notify" mode: nothing else would
+      // correct them while the writer keeps the file open; the writer's next write, if
+      // already under way, may leave zeros in its page, and the append after it, placed
+      // elsewhere again, drops them again).
+      spdlog::debug("node {}: an append the kernel placed at {} ended at {}", node.nodeid,
+                    offset, end);
       if (fh != nullptr) {
         node.pages_drop_owed = true;
       } else if (ChangeWatcher* watcher = watcher_.load();
@@ -968,9 +994,10 @@ Result<size_t> SourceFs::WriteNode(uint64_t nodeid, const char* data, size_t siz
   EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("write"));
   auto inode = FindInode(nodeid);
   if (!inode.ok()) return inode.status();
-  auto opened = ReopenNode(**inode, O_WRONLY);
+  // O_APPEND for an append: a file marked append-only (chattr +a) takes nothing else.
+  auto opened = ReopenNode(**inode, O_WRONLY | (append ? O_APPEND : 0));
   if (!opened.ok()) return opened.status();
-  return WriteFd(opened->first.get(), **inode, nullptr, data, size, offset, append);
+  return WriteFd(opened->first.get(), append, **inode, nullptr, data, size, offset, append);
 }
 
 Status SourceFs::FsyncNode(uint64_t nodeid, bool datasync) {

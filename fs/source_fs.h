@@ -267,8 +267,9 @@ class SourceFs {
   Result<std::pair<UniqueFd, cache::SourceIdentity>> CheckNode(const Inode& inode);
   // Writes through `fd` (of `node`), then drops the cache's copy and records the
   // identity the write left; `fh` (if any) takes that identity too.
-  Result<size_t> WriteFd(int fd, Inode& node, FileHandle* fh, const char* data, size_t size,
-                         uint64_t offset, bool append);
+  // `fd_appends`: `fd` was opened O_APPEND; `append`: the write is an append (Write).
+  Result<size_t> WriteFd(int fd, bool fd_appends, Inode& node, FileHandle* fh, const char* data,
+                         size_t size, uint64_t offset, bool append);
   std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
                                         const cache::SourceIdentity& id, int flags);
   // "notify" mode: records `id` as what the kernel now holds of `inode`; when it differs

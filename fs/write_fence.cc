@@ -54,10 +54,12 @@ Result<WriteFence::Held> WriteFence::Lease(const InodeTable& inodes, const Inode
     }
     const int err = errno;
     // Leases off (fs.leases-enable = 0), or a daemon without CAP_LEASE on another's file:
-    // no page of such a file is stored or dropped. Said once.
+    // no page of such a file is stored, and its pages are dropped unfenced (a change
+    // underneath must reach readers). Said once.
     if (!lease_error_logged_.exchange(true)) {
       spdlog::warn("no read lease on '{}' ({}): files the kernel will not lease are not "
-                   "pushed into its page cache",
+                   "pushed into its page cache, and a change underneath drops their pages "
+                   "even while the mount writes them",
                    path.string(), std::strerror(err));
     }
     return Status::FromErrno(err, fmt::format("lease '{}'", path.string()));

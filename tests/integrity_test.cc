@@ -259,10 +259,9 @@ struct AppendSeen {
   std::string first_zero;     // where the first one was, for the failure message
 };
 
-// One writer appends `lines` lines to `name` through the mount, opened O_APPEND once
-// `before_write` has run on that fd's open, while two readers (one O_DIRECT, one through
-// the page cache) open and read the whole file again and again, and `beside` runs once
-// per 100 lines.
+// One writer appends `lines` lines to `name` through the mount (O_APPEND), while two
+// readers (one O_DIRECT, one through the page cache) open and read the whole file again
+// and again, and `beside` runs once per 100 lines.
 AppendSeen AppendWithReaders(const fsys::path& mnt, const fsys::path& src, const std::string& name,
                              int lines, const std::function<void()>& beside = {}) {
   AppendSeen seen;
@@ -350,12 +349,15 @@ TEST_P(IntegrityTest, AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders) {
   }
   AgeFile(src_ / "log", 3600);
   if (std::string(GetParam()) == "notify") {
-    // The watcher's drop, not an open, is what tells the kernel there; wait for it (the
-    // appender's offset is the kernel's size: AnAppendNeverOverwritesBytesAppendedUnderneath).
-    const auto size = static_cast<off_t>(Lines(0, 20).size());
-    for (int i = 0; i < 200 && Lstat(mnt_ / "log").st_size != size; i++) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // The watcher's drop, not an open, is what tells the kernel there; wait for it
+    // (within the watcher's lag the kernel's pages and size are the old file's:
+    // AnAppendNeverOverwritesBytesAppendedUnderneath).
+    bool dropped = false;
+    for (int i = 0; i < 200 && !dropped; i++) {
+      dropped = m->Stats()["identity_invalidations"].get<uint64_t>() > 0;
+      if (!dropped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    ASSERT_TRUE(dropped) << "the watcher never dropped the changed file";
   }
   const int reader = ::open((mnt_ / "log").c_str(), O_RDONLY);
   ASSERT_GE(reader, 0);
@@ -394,6 +396,50 @@ TEST_P(IntegrityTest, AnAppendNeverOverwritesBytesAppendedUnderneath) {
     seen = ReadFile(mnt_ / "log");
   }
   EXPECT_EQ(seen, Lines(0, 20) + mine);
+}
+
+// A large O_DIRECT append: the kernel splits it into WRITEs at consecutive offsets and
+// sends them at once, which the daemon's workers serve in any order. Each must land at
+// its own offset, not appended in the order the workers ran (as a source fd opened
+// O_APPEND did: pwrite appends there, whatever the offset).
+TEST_P(IntegrityTest, ALargeDirectAppendLandsInOrder) {
+  WriteFile(src_ / "log", std::string(4096, 'h'));
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  constexpr size_t kSize = 8 << 20;
+  void* raw = nullptr;
+  ASSERT_EQ(::posix_memalign(&raw, 4096, kSize), 0);
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
+  for (size_t i = 0; i < kSize; i += 8) std::snprintf(buf.get() + i, 9, "%07zx\n", i / 8);
+  const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND | O_DIRECT);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(::write(fd, buf.get(), kSize), static_cast<ssize_t>(kSize)) << std::strerror(errno);
+  ::close(fd);
+  const std::string want = std::string(4096, 'h') + std::string(buf.get(), kSize);
+  EXPECT_TRUE(ReadFile(src_ / "log") == want) << "the source's bytes are out of order";
+  EXPECT_TRUE(ReadFile(mnt_ / "log") == want);
+}
+
+// A source file marked append-only (chattr +a) is opened for writing only with O_APPEND:
+// appends through the mount must work.
+TEST_P(IntegrityTest, AnAppendOnlySourceFileTakesAppends) {
+  WriteFile(src_ / "log", Lines(0, 10));
+  if (std::system(("chattr +a '" + (src_ / "log").string() + "' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "no chattr +a on this filesystem";
+  }
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  if (fd >= 0) {
+    const std::string more = Lines(10, 12);
+    EXPECT_EQ(::write(fd, more.data(), more.size()), static_cast<ssize_t>(more.size()))
+        << std::strerror(errno);
+    ::close(fd);
+  }
+  EXPECT_EQ(ReadFile(src_ / "log"), Lines(0, 12));
+  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 12));
+  std::system(("chattr -a '" + (src_ / "log").string() + "'").c_str());
 }
 
 // The other half: while the appender writes, something underneath changes the file's

@@ -577,6 +577,7 @@ const std::vector<std::string> kStatsKeys = {
     "uptime_s",
     "version",
     "watch_drops_deferred",
+    "watch_drops_forced",
     "watch_failures",
     "watched_dirs",
 };
