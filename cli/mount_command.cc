@@ -159,6 +159,18 @@ DaemonOfMount FindDaemon(const fsys::path& mountpoint, const daemon::MountEntry&
   return FromStats(0, stats->dump());
 }
 
+// `ask(last)`, and again every 20 ms for a second while `busy(answer)`; the last answer.
+template <typename Ask, typename Busy>
+auto AskForASecond(const Ask& ask, const Busy& busy) {
+  constexpr int kRetries = 50;
+  auto answer = ask(false);
+  for (int retry = 1; retry <= kRetries && busy(answer); ++retry) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    answer = ask(retry == kRetries);
+  }
+  return answer;
+}
+
 // Runs `args` (searched on PATH, no shell: a mountpoint may hold any character); whether
 // it exited with 0. An error if it could not be run at all.
 Result<bool> RunCommand(const std::vector<std::string>& args) {
@@ -197,31 +209,25 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
   // EBUSY for a moment can be the daemon's own: a file it holds open while it pushes pages
   // (fs/write_fence.h), or, in a daemon that is not root, a folder it lists
   // (kernel_cache/mount_view.h). Asked again for a second before calling the mount busy.
-  int unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
-  for (int retry = 0; unmounted < 0 && errno == EBUSY && retry < 50; ++retry) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    unmounted = ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0);
-  }
-  if (unmounted < 0) {
-    if (errno == EBUSY) {
+  const int err = AskForASecond(
+      [&](bool) { return ::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) < 0 ? errno : 0; },
+      [](int e) { return e == EBUSY; });
+  if (err != 0) {
+    if (err == EBUSY) {
       return Refuse(fmt::format("{} is busy (files are open on it); close them, or use --lazy",
                                 mountpoint.string()));
     }
-    if (errno != EPERM) return Refuse(fmt::format("umount {}: {}", mountpoint.string(), strerror(errno)));
+    if (err != EPERM) return Refuse(fmt::format("umount {}: {}", mountpoint.string(), strerror(err)));
     // Not root: the setuid helper unmounts what this user mounted, asked again for a
     // second as above (quietly, but for the last time).
-    const auto fusermount = [&](bool quiet) {
+    const auto fusermount = [&](bool last) {
       std::vector<std::string> args = {"fusermount3", "-u"};
       if (lazy) args.push_back("-z");
-      if (quiet) args.push_back("-q");
+      if (!last) args.push_back("-q");
       args.push_back(mountpoint.string());
       return RunCommand(args);
     };
-    Result<bool> done = fusermount(true);
-    for (int retry = 0; done.ok() && !*done && retry < 50; ++retry) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      done = fusermount(retry < 49);
-    }
+    Result<bool> done = AskForASecond(fusermount, [](Result<bool>& r) { return r.ok() && !*r; });
     if (!done.ok()) return Refuse(done.status().message());
     if (!*done) return Refuse("fusermount3 -u failed");
   }

@@ -206,9 +206,12 @@ int64_t ChangeWatcher::DropDueNodes() {
     spdlog::debug("dropping the kernel's cache of node {}, as an identity check asked",
                   nodeid);
     std::shared_ptr<Inode> node = table_.Find(nodeid);
-    if (node && !DropFenced(*node)) continue;
-    if (!node) invalidator_.InvalidateInode(nodeid);
-    identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+    if (node) {
+      DropFenced(*node);
+    } else {
+      invalidator_.InvalidateInode(nodeid);
+      identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   MutexLock lock(mutex_);
   return later_at_.empty() ? 0 : later_at_.begin()->first;
@@ -250,6 +253,7 @@ bool ChangeWatcher::DropFenced(Inode& node) {
   // drops unfenced too: a change underneath must not stay hidden from readers.
   table_.DropKernelAttrs(node);
   invalidator_.InvalidateInode(node.nodeid);
+  identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
