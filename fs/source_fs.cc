@@ -212,8 +212,12 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
                                  std::optional<uint64_t> listed_ino) {
   // A listing of files the table knows (`ls -l` again, the daemon's own listings after
   // READs: kernel_cache/attr_refresh.h) needs no open per entry.
-  if (listed_ino && inodes_.FindBySource(parent->dev, *listed_ino)) {
-    if (std::optional<Entry> entry = LookupKnownFile(parent, name)) return *entry;
+  if (listed_ino) {
+    if (std::shared_ptr<Inode> listed = inodes_.FindBySource(parent->dev, *listed_ino)) {
+      if (std::optional<Entry> entry = LookupKnownFile(parent, name, std::move(listed))) {
+        return *entry;
+      }
+    }
   }
   // O_PATH opens no data and follows no symlink: it pins the object so that the stat
   // and the node we create are of the same thing.
@@ -248,7 +252,8 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
 }
 
 std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& parent,
-                                               const std::string& name) {
+                                               const std::string& name,
+                                               std::shared_ptr<Inode> listed) {
   // A node is its (dev, ino): the stat by name says which one the name means now, with
   // nothing to pin (the O_PATH fd of LookupIn would only be closed again: a known node
   // keeps what it has). Anything that needs a new node (a file renamed underneath, a
@@ -256,7 +261,11 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
   // two stats below: the long way, which pins what it makes.
   auto st = StatAt(parent->path_fd.get(), name);
   if (!st.ok() || !S_ISREG(st->st_mode)) return std::nullopt;
-  std::shared_ptr<Inode> known = inodes_.FindBySource(st->st_dev, st->st_ino);
+  // The listing's node, if the name still means it (the common case): no second search.
+  std::shared_ptr<Inode> known =
+      static_cast<uint64_t>(st->st_dev) == listed->dev && static_cast<uint64_t>(st->st_ino) == listed->ino
+          ? std::move(listed)
+          : inodes_.FindBySource(st->st_dev, st->st_ino);
   if (!known) return std::nullopt;
   // "notify" mode: checked as a GETATTR is (see LookupIn).
   ChangeWatcher* watcher = watcher_.load();
@@ -270,7 +279,8 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
     }
     st = again;
   }
-  if (KnownByAnotherDeadName(*parent, name, *st) || !inodes_.RememberKnown(known, parent, name, *st)) {
+  if (KnownByAnotherDeadName(*parent, name, *st, known.get()) ||
+      !inodes_.RememberKnown(known, parent, name, *st)) {
     return std::nullopt;
   }
   if (check) CheckKernelCache(*known, cache::SourceIdentity::FromStat(*st), seen);
@@ -278,10 +288,14 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
 }
 
 bool SourceFs::KnownByAnotherDeadName(const Inode& parent, const std::string& name,
-                                      const struct ::stat& st) const {
+                                      const struct ::stat& st, const Inode* known) const {
   if (S_ISDIR(st.st_mode)) return false;  // directories are reached by their fd, not name
-  auto known = inodes_.FindBySource(st.st_dev, st.st_ino);
-  if (!known) return false;
+  std::shared_ptr<Inode> found;
+  if (known == nullptr) {
+    found = inodes_.FindBySource(st.st_dev, st.st_ino);
+    known = found.get();
+  }
+  if (known == nullptr) return false;
   const Location loc = inodes_.LocationOf(*known);
   if (!loc.parent || (loc.parent.get() == &parent && loc.name == name)) return false;
   // Another name: a hard link (both name it) or a rename underneath (the old one does not).

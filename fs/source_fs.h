@@ -241,12 +241,14 @@ class SourceFs {
   Result<Entry> LookupIn(const std::shared_ptr<Inode>& parent, const std::string& name,
                          std::optional<uint64_t> listed_ino = std::nullopt);
   // LookupIn of a regular file the table knows already; nullopt where it is not one.
+  // `listed`: the node of the inode number the listing gave `name` (not null).
   std::optional<Entry> LookupKnownFile(const std::shared_ptr<Inode>& parent,
-                                       const std::string& name);
+                                       const std::string& name, std::shared_ptr<Inode> listed);
   // Whether the file `st`, just found as `name` in `parent`, has a node last known by
-  // another name that no longer names it (it was renamed in the source).
+  // another name that no longer names it (it was renamed in the source). `known`: that
+  // file's node where the caller has it already (else it is looked up).
   bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,
-                              const struct ::stat& st) const;
+                              const struct ::stat& st, const Inode* known = nullptr) const;
   Status RefuseIfReadOnly(const char* what) const;
   // A read-only open: pushes the file's bytes, if the RAM tier holds them and the kernel
   // does not, before OpenChecked decides (see there).
