@@ -59,8 +59,9 @@ Result<std::pair<size_t, int64_t>> WriteSource(int fd, bool fd_appends, const ch
     struct iovec iov {const_cast<char*>(data + done), size - done};
     // -1 with an append: at the fd's position, which the append leaves at its end.
     const off_t at = append ? -1 : static_cast<off_t>(offset + done);
-    ssize_t n = per_write != 0 ? ::pwritev2(fd, &iov, 1, at, per_write)
-                               : ::pwritev(fd, &iov, 1, at < 0 ? static_cast<off_t>(offset + done) : at);
+    ssize_t n = per_write != 0
+                    ? ::pwritev2(fd, &iov, 1, at, per_write)
+                    : ::pwritev(fd, &iov, 1, static_cast<off_t>(offset + done));
     if (n < 0 && per_write != 0 && (errno == EOPNOTSUPP || errno == EINVAL) && done == 0) {
       per_write = 0;
       append = append && fd_appends;  // an O_APPEND fd still appends a pwrite
@@ -74,7 +75,7 @@ Result<std::pair<size_t, int64_t>> WriteSource(int fd, bool fd_appends, const ch
     done += static_cast<size_t>(n);
   }
   int64_t end = -1;
-  if (append && per_write != 0) end = ::lseek(fd, 0, SEEK_CUR);
+  if (append && per_write != 0 && done > 0) end = ::lseek(fd, 0, SEEK_CUR);
   return std::make_pair(done, end);
 }
 
@@ -1227,7 +1228,7 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
         relookups);
   visit(CounterInfo{"open_direct_fallbacks",
                     "Opens whose file changed again right after a re-lookup: read-only ones read "
-                    "with direct I/O, ones for writing drop the kernel's attributes.",
+                    "with direct I/O, ones for writing drop what the kernel holds of it.",
                     kCounter}
             .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
         direct_fallbacks);
