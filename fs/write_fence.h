@@ -1,5 +1,6 @@
 // WriteFence: keeps writes through the mount out of a file while the daemon stores bytes
-// into the kernel's page cache of it or drops its pages (PageCachePusher).
+// into the kernel's page cache of it or drops its pages (kernel_cache's PageCachePusher,
+// the ChangeWatcher).
 //
 // Why no check inside the daemon can do this: a buffered write through the mount copies
 // the new bytes into the file's page-cache pages, unlocks the full pages, and only then
