@@ -22,6 +22,13 @@ constexpr uint32_t kDirMask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE
 constexpr uint32_t kNamesGoneMask =
     IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR | IN_EXCL_UNLINK;
 
+// Wakes the event thread's poll on eventfd `fd`.
+void Poke(int fd) {
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(fd, &one, sizeof(one));
+  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ChangeWatcher>> ChangeWatcher::Start(const InodeTable& table,
@@ -52,9 +59,7 @@ ChangeWatcher::ChangeWatcher(UniqueFd inotify_fd, UniqueFd wake_fd, UniqueFd lat
       fence_(fence) {}
 
 ChangeWatcher::~ChangeWatcher() {
-  const uint64_t one = 1;
-  ssize_t ignored = ::write(wake_fd_.get(), &one, sizeof(one));
-  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
+  Poke(wake_fd_.get());
   if (thread_.joinable()) thread_.join();
 }
 
@@ -102,9 +107,7 @@ void ChangeWatcher::InvalidateUnfenced(uint64_t nodeid) {
     MutexLock lock(mutex_);
     unfenced_.push_back(nodeid);
   }
-  const uint64_t one = 1;
-  ssize_t ignored = ::write(later_fd_.get(), &one, sizeof(one));
-  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
+  Poke(later_fd_.get());
 }
 
 void ChangeWatcher::InvalidateLater(uint64_t nodeid, int64_t at_ns) {
@@ -116,9 +119,7 @@ void ChangeWatcher::InvalidateLater(uint64_t nodeid, int64_t at_ns) {
       later_.push_back(nodeid);
     }
   }
-  const uint64_t one = 1;
-  ssize_t ignored = ::write(later_fd_.get(), &one, sizeof(one));
-  (void)ignored;  // an eventfd write of 1 cannot fail short of overflow
+  Poke(later_fd_.get());
 }
 
 uint64_t ChangeWatcher::watched() const {

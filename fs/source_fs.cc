@@ -655,6 +655,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   // release (Release). Handles for writing are made under open_order, so no writer
   // appears while it is held.
   const bool writers = (*inode)->open_for_writing.load() > 0;
+  Invalidator* const kernel = kernel_.load();
   if (!inodes_.KernelAttrsShow(**inode, id, seen)) {
     // The kernel kept this name and its attributes since an older state of the file
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
@@ -670,7 +671,6 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
                   "may show another state; {}",
                   nodeid, id.ino, id.size, may_write ? "for writing" : "read-only",
                   relookup ? "it looks the name up again" : "direct I/O");
-    Invalidator* kernel = kernel_.load();
     // Dropped first: a reply still in flight with older attributes is then refused by
     // the kernel (the drop moves their version on). The pages go too, unless another
     // handle writes the file: the LOOKUP's larger size would otherwise make the old
@@ -716,7 +716,6 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   const bool relookup_pending = inodes_.RelookupPending(**inode);
   const bool stale = match != InodeTable::CacheMatch::kSame || relookup_pending ||
                      (*inode)->pages_drop_owed;
-  Invalidator* kernel = kernel_.load();
   result.keep_cache = !stale;
   if (stale && writers) {
     spdlog::debug("open of node {} (source inode {}): the kernel's pages may be older than "
