@@ -210,6 +210,10 @@ int64_t ChangeWatcher::DropDueNodes() {
     if (node) {
       DropFenced(*node);
     } else {
+      {
+        MutexLock lock(mutex_);
+        deferred_since_.erase(nodeid);  // forgotten while a writer held its drop off
+      }
       invalidator_.InvalidateInode(nodeid);
       identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
     }
