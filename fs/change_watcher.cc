@@ -197,8 +197,11 @@ int64_t ChangeWatcher::DropDueNodes() {
     later_at_.erase(later_at_.begin(), due_end);
   }
   for (uint64_t nodeid : unfenced) {
-    if (std::shared_ptr<Inode> node = table_.Find(nodeid)) table_.DropKernelAttrs(*node);
+    std::shared_ptr<Inode> node = table_.Find(nodeid);
+    const uint64_t asked = node ? node->kernel_drops_asked.load() : 0;
+    if (node) table_.DropKernelAttrs(*node);
     invalidator_.InvalidateInode(nodeid);
+    if (node) Answered(*node, asked);
     identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
   }
   std::sort(nodes.begin(), nodes.end());
@@ -242,6 +245,7 @@ bool ChangeWatcher::DropFenced(Inode& node) {
     const int64_t since = deferred_since_.emplace(node.nodeid, now).first->second;
     if (now - since < kWriterWaitNs) {
       drops_deferred_.fetch_add(1, std::memory_order_relaxed);
+      node.maybe_open_for_writing = true;
       // Once in the queue per node, however many events ask meanwhile.
       const bool queued = std::any_of(later_at_.begin(), later_at_.end(),
                                       [&](const auto& at) { return at.second == node.nodeid; });
@@ -254,12 +258,23 @@ bool ChangeWatcher::DropFenced(Inode& node) {
     MutexLock lock(mutex_);
     deferred_since_.erase(node.nodeid);
   }
+  node.maybe_open_for_writing = false;
   // Any other refusal (no lease to be had: fs.leases-enable=0, the name gone meanwhile)
   // drops unfenced too: a change underneath must not stay hidden from readers.
+  const uint64_t asked = node.kernel_drops_asked.load();
   table_.DropKernelAttrs(node);
   invalidator_.InvalidateInode(node.nodeid);
+  Answered(node, asked);
   identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void ChangeWatcher::Answered(Inode& node, uint64_t asked) {
+  // Only forward: a drop that began before a later ask answers only the asks before it.
+  uint64_t answered = node.kernel_drops_answered.load();
+  while (answered < asked &&
+         !node.kernel_drops_answered.compare_exchange_weak(answered, asked)) {
+  }
 }
 
 void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
@@ -293,10 +308,15 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
         static_cast<uint64_t>(st.st_dev) != node->dev) {
       return;  // renamed over meanwhile: that rename has its own event
     }
-    if (!table_.KernelCacheFollows(*node, cache::SourceIdentity::FromStat(st), seen)) {
+    const cache::SourceIdentity id = cache::SourceIdentity::FromStat(st);
+    if (!table_.KernelCacheFollows(*node, id, seen)) {
       spdlog::debug("dropping the kernel's cache of node {} (source inode {}, '{}'): changed "
                     "underneath, size now {}",
                     node->nodeid, node->ino, name, st.st_size);
+      // Recorded first, as asked of this drop: the pages read after it are of this file
+      // or a newer one, and a reply with these attributes is no news from then on
+      // (SourceFs::CheckKernelCache).
+      table_.SwapKernelCacheId(*node, id, seen, /*can_defer=*/false, /*drop_later=*/true);
       DropFenced(*node);
     }
   }

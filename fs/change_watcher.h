@@ -80,6 +80,10 @@ class ChangeWatcher {
   // shared mapping). With `at_ns` (wall clock), not before then: once the racily clean
   // window of a recent identity has passed (InodeTable::CacheMatch::kRecent).
   void InvalidateLater(uint64_t nodeid, int64_t at_ns = 0);
+  // Drops the kernel's attributes of `nodeid`, and none of its pages, from the caller's
+  // thread: safe inside a request (no page lock is taken). The kernel then refuses the
+  // attributes of every reply to a request sent before, that request's own included.
+  void InvalidateAttrsNow(uint64_t nodeid) { invalidator_.InvalidateAttrs(nodeid); }
   // At once and past the fence: for pages known not to be the file's already (an append
   // the kernel placed elsewhere than the source did: SourceFs::WriteFd), which a writer
   // that keeps the file open must not keep wrong for as long as it does.
@@ -108,6 +112,9 @@ class ChangeWatcher {
   // Drops the kernel's attributes and pages of `node` behind the fence; false when a
   // writer has the file open (queued again for kWriterRetryNs later).
   bool DropFenced(Inode& node);
+  // The asks for a drop of `node`'s pages, `asked` of them when it began, are answered
+  // (Inode::kernel_drops_answered).
+  static void Answered(Inode& node, uint64_t asked);
 
   UniqueFd inotify_fd_;
   UniqueFd wake_fd_;   // an eventfd that ends Run()

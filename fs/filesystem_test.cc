@@ -206,6 +206,47 @@ TEST_F(FilesystemTest, NoOpenDropsThePagesOfAFileOpenForWriting) {
   EXPECT_EQ(kernel_.inodes.size(), 1u);
 }
 
+// A reader that keeps the file open learns a size changed underneath from a GETATTR
+// (`tail -f` once the attributes expired): the kernel's pages of the old file go before
+// that reply, and only for a new size (their old last page is zero-filled past the old
+// end). Under a writer the drop waits for its release.
+TEST_F(FilesystemTest, AGetattrThatFindsANewSizeDropsTheKernelsPagesFirst) {
+  auto core = Make(true);
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  auto reader = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_TRUE(core->Read(file->nodeid, reader->handle.get(), 0, 100).ok());
+  kernel_.inodes.clear();
+
+  dir_.Write("src/file.txt", "HELLO");  // rewritten in place: the same size
+  ASSERT_TRUE(core->GetAttr(file->nodeid, reader->handle.get()).ok());
+  EXPECT_TRUE(kernel_.inodes.empty()) << "no zeros to show: the next open decides";
+
+  dir_.Write("src/file.txt", "HELLO, and more");
+  auto grown = core->GetAttr(file->nodeid, reader->handle.get());
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(grown->attr.st_size, 15);
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
+  ASSERT_TRUE(core->GetAttr(file->nodeid, reader->handle.get()).ok());
+  ASSERT_TRUE(core->GetAttr(file->nodeid, nullptr).ok());
+  EXPECT_EQ(kernel_.inodes.size(), 1u) << "once per change";
+
+  auto writer = core->Open(file->nodeid, O_WRONLY);
+  if (!writer.ok() && Errno(writer.status()) == ESTALE) {
+    ASSERT_TRUE(core->Lookup(kRootNodeId, "file.txt").ok());
+    writer = core->Open(file->nodeid, O_WRONLY);
+  }
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  kernel_.inodes.clear();
+  dir_.Write("src/file.txt", "HELLO, and more still");
+  ASSERT_TRUE(core->GetAttr(file->nodeid, reader->handle.get()).ok());
+  EXPECT_TRUE(kernel_.inodes.empty()) << "a drop while a writer has the file open";
+  core->Release(std::move(writer->handle));
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid}) << "paid at its release";
+  core->Release(std::move(reader->handle));
+}
+
 TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {
   auto core = Make(false);
   auto file = core->Lookup(kRootNodeId, "file.txt");

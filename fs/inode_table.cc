@@ -196,10 +196,34 @@ bool InodeTable::KernelHasRead(const Inode& inode) const {
 
 InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
                                                      const cache::SourceIdentity& id,
-                                                     Observation seen, bool can_defer) {
+                                                     Observation seen, bool can_defer,
+                                                     bool drop_later) const {
   const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);
   if (Overlapped(inode, seen)) return CacheMatch::kSame;
+  const std::optional<cache::SourceIdentity> held = inode.kernel_cache_id;
+  const CacheMatch match = SwapKernelCacheIdLocked(inode, id, now, can_defer);
+  if (match == CacheMatch::kChanged && drop_later && held) {
+    // The pages may be of any state since the last drop: their zero-filled tails begin
+    // at no more than the smallest size recorded meanwhile.
+    const bool none_pending =
+        inode.kernel_drops_answered.load() >= inode.kernel_drops_asked.load();
+    inode.size_before_drop = none_pending ? held->size : std::min(inode.size_before_drop,
+                                                                  held->size);
+    inode.kernel_drops_asked++;
+  }
+  return match;
+}
+
+bool InodeTable::RefusesSize(const Inode& inode, uint64_t size) const {
+  MutexLock lock(mutex_);
+  return inode.kernel_drops_answered.load() < inode.kernel_drops_asked.load() &&
+         size > inode.size_before_drop;
+}
+
+InodeTable::CacheMatch InodeTable::SwapKernelCacheIdLocked(Inode& inode,
+                                                           const cache::SourceIdentity& id,
+                                                           int64_t now, bool can_defer) const {
   auto record = [&] {
     inode.kernel_cache_id = id;
     inode.kernel_cache_id_at_ns = now;
@@ -233,6 +257,19 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
   }
   record();
   return CacheMatch::kChanged;
+}
+
+bool InodeTable::SwapKernelCacheSize(Inode& inode, const cache::SourceIdentity& id,
+                                     Observation seen) {
+  const int64_t now = cache::WallClockNs();
+  MutexLock lock(mutex_);
+  if (Overlapped(inode, seen) || !inode.kernel_cache_id) return false;
+  const cache::SourceIdentity& held = *inode.kernel_cache_id;
+  if (id.size <= held.size || id.ctime_ns < held.ctime_ns) return false;
+  inode.kernel_cache_id = id;
+  inode.kernel_cache_id_at_ns = now;
+  inode.kernel_cache_id_written = false;
+  return true;
 }
 
 bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdentity& id,

@@ -108,6 +108,23 @@ struct Inode {
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
   KernelPagesRecord kernel_pages;
+  // Drops of the kernel's pages asked of the watcher's thread after an identity check
+  // recorded a change (SwapKernelCacheId with `drop_later`), and how many of those asks
+  // its drops have answered. While fewer, the kernel's pages may be older than the
+  // identity recorded, and the kernel is made to refuse the attributes of replies
+  // (SourceFs::CheckKernelCache).
+  std::atomic<uint64_t> kernel_drops_asked{0};
+  std::atomic<uint64_t> kernel_drops_answered{0};
+  // While asks are pending, the smallest size the kernel's pages may have been read at
+  // (guarded by the table's mutex, as kernel_cache_id): a reply with a larger size is
+  // refused, a smaller one (a truncate underneath) shows no zeros and goes through.
+  uint64_t size_before_drop = 0;
+  // Whether a writer may have the file open through the mount: it wrote through it
+  // (SourceFs::WriteFd), or the fence refused a drop for it (ChangeWatcher::DropFenced);
+  // false again once the fence let a drop through. Replies then give the kernel the
+  // file's attributes even while a drop is asked: its size is the writer's too, and
+  // refused, the writer's appends would go where the kernel believes the file ends.
+  std::atomic<bool> maybe_open_for_writing{false};
 };
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
@@ -199,8 +216,23 @@ class InodeTable {
   // recent: the kernel's pages hold that change. (What that trust misses: a writer
   // underneath changing the same file within the same timestamp tick without changing
   // its size.)
+  // With `drop_later`, a kChanged also counts one in Inode::kernel_drops_asked, in the
+  // same step as the record (the caller has the watcher drop the pages).
+  // Const: it changes the node, not the table (as DropKernelAttrs).
   CacheMatch SwapKernelCacheId(Inode& inode, const cache::SourceIdentity& id, Observation seen,
-                               bool can_defer = false);
+                               bool can_defer = false, bool drop_later = false) const;
+  // Records `id` (observed as `seen`) and returns true when the kernel's pages of `inode`
+  // were read from the file at a smaller size, and `id` is newer: a reply that tells the
+  // kernel the larger size must not meet those pages (their old last page is zero-filled
+  // past the old end). Nothing else counts here: a smaller size shows no zeros (the
+  // kernel cuts its pages there), an identity met again while it is recent
+  // (SwapKernelCacheId's racily clean rule) is for an open to decide, and each drop here
+  // makes the kernel refuse the very reply its read waits for.
+  bool SwapKernelCacheSize(Inode& inode, const cache::SourceIdentity& id, Observation seen);
+  // Whether a reply telling the kernel `size` for `inode` must be refused: a drop asked
+  // (SwapKernelCacheId with `drop_later`) is still pending, and `size` is larger than
+  // the kernel's pages may have been read at.
+  bool RefusesSize(const Inode& inode, uint64_t size) const;
   // When the racily clean window of `id` has passed, wall clock.
   static int64_t RacilyCleanUntil(const cache::SourceIdentity& id);
   // Whether the kernel's pages of `inode` are those of the file as `id` (observed as
@@ -303,6 +335,8 @@ class InodeTable {
   void RememberMadeLocked(const DevIno& key, const cache::SourceIdentity& id, int64_t now)
       REQUIRES(mutex_);
   void NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) REQUIRES(mutex_);
+  CacheMatch SwapKernelCacheIdLocked(Inode& inode, const cache::SourceIdentity& id, int64_t now,
+                                     bool can_defer) const REQUIRES(mutex_);
   // One more lookup of `inode` as `name` in `parent`, whose reply carries `st`.
   void CountLookupLocked(Inode& inode, const std::shared_ptr<Inode>& parent,
                          const std::string& name, const struct ::stat& st) REQUIRES(mutex_);

@@ -244,7 +244,9 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   }
   auto inode = inodes_.Remember(parent, name, *st, std::move(*fd),
                                 KnownByAnotherDeadName(*parent, name, *st));
-  if (known && inode == known) CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen);
+  if (known && inode == known) {
+    CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes);
+  }
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
     if (SourceObserver* observer = observer_.load()) observer->DirectoryKnown(*inode);
@@ -284,7 +286,9 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
       !inodes_.RememberKnown(known, parent, name, *st)) {
     return std::nullopt;
   }
-  if (check) CheckKernelCache(*known, cache::SourceIdentity::FromStat(*st), seen);
+  if (check) {
+    CheckKernelCache(*known, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes);
+  }
   return Entry{known->nodeid, *st};
 }
 
@@ -347,7 +351,12 @@ Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
   auto st = StatForReply(*inode, fh);
   // The reply's attributes may be the ones the kernel keeps (InodeTable::KernelAttrsShow).
   if (st.ok() && !inode->is_dir) {
-    inodes_.NoteKernelAttrs(*inode, cache::SourceIdentity::FromStat(*st), seen);
+    const auto id = cache::SourceIdentity::FromStat(*st);
+    inodes_.NoteKernelAttrs(*inode, id, seen);
+    // A reader that keeps the file open (`tail -f`) learns a size changed underneath
+    // here, at its first read past the end once the attributes expired, with no open
+    // in between that would check the kernel's pages.
+    CheckKernelCache(*inode, id, seen, Reply::kAttributes);
   }
   return st;
 }
@@ -873,6 +882,7 @@ Result<size_t> SourceFs::WriteFd(int fd, bool fd_appends, Inode& node, FileHandl
                                  const char* data, size_t size, uint64_t offset, bool append) {
   // The kernel's pages were written through and stay valid; only the cache drops.
   MountChange change(inodes_, &node);
+  node.maybe_open_for_writing = true;
   // An append: the kernel chose `offset` from the size it believes, which may be older
   // than the file (changed underneath, the watcher or the next open not there yet). The
   // source appends where it ends now, as a writer of its own would: what was written
@@ -939,26 +949,70 @@ Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
   if (st.ok() && !(*inode)->is_dir) {
     const auto id = cache::SourceIdentity::FromStat(*st);
     inodes_.NoteKernelAttrs(**inode, id, seen);
-    CheckKernelCache(**inode, id, seen);
+    CheckKernelCache(**inode, id, seen, Reply::kAttributes);
   }
   return st;
 }
 
 void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
-                                InodeTable::Observation seen) {
+                                InodeTable::Observation seen, Reply reply) {
   ChangeWatcher* watcher = watcher_.load();
-  if (watcher != nullptr && !watcher->follows_contents()) watcher = nullptr;  // "open" mode
-  const auto match = inodes_.SwapKernelCacheId(inode, id, seen, /*can_defer=*/watcher != nullptr);
-  if (match == InodeTable::CacheMatch::kRecent) {
-    watcher->InvalidateLater(inode.nodeid, InodeTable::RacilyCleanUntil(id));
+  if (watcher == nullptr || !watcher->follows_contents()) {  // "open" mode
+    if (reply == Reply::kAttributes) DropChangedBeforeReply(inode, id, seen);
     return;
   }
-  if (match != InodeTable::CacheMatch::kChanged) return;
-  // Changed, and not by the mount: a change inotify did not report (a hard link outside
-  // the source, a shared mapping). The kernel may hold pages of the old file.
-  spdlog::debug("node {} (source inode {}) changed without the mount: size now {}", inode.nodeid,
-                inode.ino, id.size);
-  if (watcher) watcher->InvalidateLater(inode.nodeid);
+  // A change recorded counts as a drop asked of the watcher, in the same step, so that a
+  // reply beside this one that finds the change recorded already knows it is pending.
+  const auto match = inodes_.SwapKernelCacheId(inode, id, seen, /*can_defer=*/true,
+                                               /*drop_later=*/true);
+  if (match == InodeTable::CacheMatch::kRecent) {
+    // A recent identity met again (the same size): one drop once its racily clean window
+    // has passed covers a second change within its timestamp tick.
+    watcher->InvalidateLater(inode.nodeid, InodeTable::RacilyCleanUntil(id));
+  } else if (match == InodeTable::CacheMatch::kChanged) {
+    // Within the watcher's lag after an event, or a change inotify does not report (a
+    // hard link outside the source, a shared mapping): the kernel may hold pages of the
+    // old file. Dropped from the watcher's thread: a request must not wait for that
+    // drop (its fence opens the file through the mount, which may need this request
+    // answered, or its folder's lock).
+    spdlog::debug("node {} (source inode {}) changed without the mount: size now {}",
+                  inode.nodeid, inode.ino, id.size);
+    watcher->InvalidateLater(inode.nodeid);
+  }
+  if (reply == Reply::kAttributes && !inode.maybe_open_for_writing.load() &&
+      inodes_.RefusesSize(inode, id.size)) {
+    // Until that drop is made the kernel must not take a larger size: over the old
+    // pages it shows their last page, zero-filled past the old end, as the file's bytes.
+    // Its attributes are dropped first, so it refuses this reply's (the caller's stat
+    // goes back still, and the next use asks again). A smaller size goes through: the
+    // kernel cuts its pages there, and a short READ would not shrink the size once
+    // the attributes' version moved on.
+    inodes_.DropKernelAttrs(inode);
+    watcher->InvalidateAttrsNow(inode.nodeid);
+    attrs_after_change_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void SourceFs::DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity& id,
+                                      InodeTable::Observation seen) {
+  // As an open decides (OpenChecked), under the same lock: no handle for writing can
+  // appear meanwhile, and none may be open while the pages go (the write fence).
+  MutexLock order(inode.open_order);
+  if (!inodes_.SwapKernelCacheSize(inode, id, seen)) return;
+  spdlog::debug("node {} (source inode {}) grew underneath while open: size now {}",
+                inode.nodeid, inode.ino, id.size);
+  cache_->Invalidate(id.dev, id.ino);
+  attrs_after_change_.fetch_add(1, std::memory_order_relaxed);
+  if (inode.open_for_writing.load() > 0) {
+    inode.pages_drop_owed = true;  // the last writer's release drops them (Release)
+    open_drops_deferred_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (Invalidator* kernel = kernel_.load()) {
+    inodes_.DropKernelAttrs(inode);
+    kernel->InvalidateInode(inode.nodeid);
+    inode.pages_drop_owed = false;
+  }
 }
 
 Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {
@@ -995,7 +1049,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto data = ReadToCurrentEnd(file, stat_fd, offset, size);
   if (data.ok()) {
     if (data->size < size) inodes_.NoteKernelAttrs(**inode, file.id, seen);  // the file's end
-    CheckKernelCache(**inode, file.id, seen);
+    CheckKernelCache(**inode, file.id, seen, Reply::kData);
     if (SourceObserver* observer = observer_.load()) {
       observer->ReadAnswered(**inode, offset, data->size, file.id);
     }
@@ -1192,7 +1246,7 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
   uint64_t open = 0, max_open = 0, reopens = 0, checks = 0, relookups = 0, direct_fallbacks = 0,
-           drops_deferred = 0;
+           drops_deferred = 0, attrs_after_change = 0;
   if (fs) {
     open = fs->handle_fds_.open();
     max_open = fs->handle_fds_.max_open();
@@ -1201,6 +1255,7 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
     relookups = fs->open_relookups_.load(std::memory_order_relaxed);
     direct_fallbacks = fs->open_direct_fallbacks_.load(std::memory_order_relaxed);
     drops_deferred = fs->open_drops_deferred_.load(std::memory_order_relaxed);
+    attrs_after_change = fs->attrs_after_change_.load(std::memory_order_relaxed);
   }
   visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
             {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
@@ -1238,6 +1293,14 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
                     kCounter}
             .Show({.row = "source fds", .label = "drops deferred", .quiet = true}),
         drops_deferred);
+  visit(CounterInfo{"attrs_after_change",
+                    "Replies with a file's attributes (GETATTR, LOOKUP, listings) that found it "
+                    "changed underneath since the kernel read its pages: open mode drops the "
+                    "pages first, notify mode has the kernel refuse the attributes until the "
+                    "watcher dropped them.",
+                    kCounter}
+            .Show({.row = "change watch", .label = "attributes held back", .quiet = true}),
+        attrs_after_change);
 }
 
 }  // namespace epochfs::fs

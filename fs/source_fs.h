@@ -274,11 +274,20 @@ class SourceFs {
                          size_t size, uint64_t offset, bool append);
   std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
                                         const cache::SourceIdentity& id, int flags);
-  // "notify" mode: records `id` as what the kernel now holds of `inode`; when it differs
-  // from what it held before (and the mount did not write it), has the watcher drop
-  // the kernel's pages.
+  // Records `id` (observed as `seen`) as what the kernel now holds of `inode`, and drops
+  // the kernel's pages when it held another state of the file (a change the mount did
+  // not make). kAttributes: the caller's reply gives the kernel the file's attributes
+  // (GETATTR, LOOKUP, READDIRPLUS), which must not meet the old file's pages: a larger
+  // size shows their old last page, zero-filled past the old end, as the file's bytes.
+  // "open" mode drops them before returning (a GETATTR only: LOOKUPs are checked by the
+  // open); "notify" mode has the watcher drop them, and until then makes the kernel
+  // refuse such a reply's attributes. kData: a READ.
+  enum class Reply { kAttributes, kData };
   void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
-                        InodeTable::Observation seen);
+                        InodeTable::Observation seen, Reply reply);
+  // "open" mode's drop before a reply with attributes (CheckKernelCache).
+  void DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity& id,
+                              InodeTable::Observation seen);
   // The source object's identity now, through its O_PATH fd or its name (nullopt: gone).
   std::optional<cache::SourceIdentity> IdentityNow(const Inode& inode) const;
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.
@@ -308,6 +317,7 @@ class SourceFs {
   std::atomic<uint64_t> open_checks_{0};
   std::atomic<uint64_t> open_direct_fallbacks_{0};
   std::atomic<uint64_t> open_drops_deferred_{0};
+  std::atomic<uint64_t> attrs_after_change_{0};  // CheckKernelCache with Reply::kAttributes
   prefetch::Prefetcher* const prefetcher_;  // plans are resolved for it; may be null
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes
 };

@@ -462,6 +462,61 @@ TEST_P(IntegrityTest, OpensThatFindAFileChangedDropNothingUnderAnAppender) {
   EXPECT_EQ(seen.zero_cached_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
 }
 
+// A log appended to underneath (not through the mount) and followed through the mount
+// by a reader that keeps it open and reads on past the end (`tail -f`). It may lag the
+// source (by the watcher's moment in "notify" mode), but whatever it reads must be a
+// prefix of the file the source ends with: never a NUL byte, which is what the kernel's
+// old last page (zero-filled past the old end) shows under a size it learnt from a newer
+// reply before those pages were dropped. The attributes expire quickly here, so that the
+// kernel asks for them often, as it does once a minute by default.
+TEST_P(IntegrityTest, AFollowerOfALogAppendedUnderneathSeesOnlyItsPrefixes) {
+  WriteFile(src_ / "log", Lines(0, 10));
+  AgeFile(src_ / "log", 3600);
+  auto m = MountIt({"--attr-timeout", "0.02"});
+  ASSERT_TRUE(m->ok());
+  constexpr int kLines = 6000;
+  const std::string want = Lines(0, kLines);
+  std::atomic<bool> done{false};
+  std::string got, bad;
+  std::thread follower([&] {
+    const int fd = ::open((mnt_ / "log").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    char buf[1 << 16];
+    while (!done) {
+      const ssize_t n = ::pread(fd, buf, sizeof(buf), static_cast<off_t>(got.size()));
+      ASSERT_GE(n, 0) << std::strerror(errno);
+      got.append(buf, static_cast<size_t>(n));
+      if (want.compare(0, got.size(), got) != 0) {
+        size_t at = 0;
+        while (at < got.size() && at < want.size() && got[at] == want[at]) at++;
+        bad = "a read of " + std::to_string(got.size()) + " bytes differs at " +
+              std::to_string(at) + " (byte " +
+              (at < got.size() ? std::to_string(int(got[at])) : "past its end") + ")";
+        break;
+      }
+    }
+    ::close(fd);
+  });
+  const int fd = ::open((src_ / "log").c_str(), O_WRONLY | O_APPEND);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  for (int i = 10; i < kLines && fd >= 0; i++) {
+    const std::string line = "line " + std::to_string(i) + "\n";
+    EXPECT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    if (i % 16 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (fd >= 0) ::close(fd);
+  done = true;
+  follower.join();
+  EXPECT_EQ(bad, "") << m->Stats().dump();
+  // And once the writer is done, the mount shows all of it.
+  std::string last;
+  for (int i = 0; i < 200 && last != want; i++) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    last = ReadFile(mnt_ / "log");
+  }
+  EXPECT_EQ(last, want);
+}
+
 // ---------------------------------------------------------------------------------
 // Faults
 

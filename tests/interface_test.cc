@@ -433,6 +433,7 @@ const std::vector<std::string> kStatsKeys = {
     "attr_refresh_entries",
     "attr_refresh_files",
     "attr_refresh_listings",
+    "attrs_after_change",
     "cache_dir",
     "change_events",
     "compressed_entries",
