@@ -279,9 +279,9 @@ class SourceFs {
   // not make). kAttributes: the caller's reply gives the kernel the file's attributes
   // (GETATTR, LOOKUP, READDIRPLUS), which must not meet the old file's pages: a larger
   // size shows their old last page, zero-filled past the old end, as the file's bytes.
-  // "open" mode drops them before returning (a GETATTR only: LOOKUPs are checked by the
-  // open); "notify" mode has the watcher drop them, and until then makes the kernel
-  // refuse such a reply's attributes. kData: a READ.
+  // "open" mode drops them before returning when the file grew (a GETATTR only: LOOKUPs
+  // are checked by the open); "notify" mode has the watcher drop them, and until then
+  // makes the kernel refuse such a reply's larger size. kData: a READ.
   enum class Reply { kAttributes, kData };
   void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
                         InodeTable::Observation seen, Reply reply);
