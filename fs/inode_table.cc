@@ -216,6 +216,9 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheId(Inode& inode,
 }
 
 bool InodeTable::RefusesSize(const Inode& inode, uint64_t size) const {
+  // Nothing pending, the common case, needs no lock: an ask is counted under it in the
+  // same step as its record, so a caller whose SwapKernelCacheId met that record sees it.
+  if (inode.kernel_drops_answered.load() >= inode.kernel_drops_asked.load()) return false;
   MutexLock lock(mutex_);
   return inode.kernel_drops_answered.load() < inode.kernel_drops_asked.load() &&
          size > inode.size_before_drop;

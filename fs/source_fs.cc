@@ -741,8 +741,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // Dropped now (attributes and pages), while the lock holds other opens back: an
     // open that raced this one and found the new identity already recorded would
     // otherwise keep the old pages until this opener's reply dropped them.
-    inodes_.DropKernelAttrs(**inode);
-    kernel->InvalidateInode(nodeid);
+    DropAttrsAndPages(**inode, *kernel);
     (*inode)->pages_drop_owed = false;
     result.keep_cache = true;
   } else if (stale) {
@@ -873,8 +872,7 @@ void SourceFs::Release(std::unique_ptr<FileHandle> fh) {
   if (Invalidator* kernel = kernel_.load()) {
     spdlog::debug("node {}: dropping the kernel's pages an open found older, now that no "
                   "handle writes it", node->nodeid);
-    inodes_.DropKernelAttrs(*node);
-    kernel->InvalidateInode(node->nodeid);
+    DropAttrsAndPages(*node, *kernel);
   }
 }
 
@@ -1009,10 +1007,14 @@ void SourceFs::DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity&
     return;
   }
   if (Invalidator* kernel = kernel_.load()) {
-    inodes_.DropKernelAttrs(inode);
-    kernel->InvalidateInode(inode.nodeid);
+    DropAttrsAndPages(inode, *kernel);
     inode.pages_drop_owed = false;
   }
+}
+
+void SourceFs::DropAttrsAndPages(Inode& node, Invalidator& kernel) {
+  inodes_.DropKernelAttrs(node);  // first: every reply computed after the drop counts
+  kernel.InvalidateInode(node.nodeid);
 }
 
 Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, size_t size) {

@@ -285,6 +285,9 @@ class SourceFs {
   enum class Reply { kAttributes, kData };
   void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
                         InodeTable::Observation seen, Reply reply);
+  // Drops the kernel's attributes and pages of `node` through `kernel`, recording the
+  // attributes' drop first (InodeTable::DropKernelAttrs).
+  void DropAttrsAndPages(Inode& node, Invalidator& kernel);
   // "open" mode's drop before a reply with attributes (CheckKernelCache).
   void DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity& id,
                               InodeTable::Observation seen);
