@@ -425,9 +425,16 @@ TEST_P(IntegrityTest, ALargeDirectAppendLandsInOrder) {
 // appends through the mount must work.
 TEST_P(IntegrityTest, AnAppendOnlySourceFileTakesAppends) {
   WriteFile(src_ / "log", Lines(0, 10));
-  if (std::system(("chattr +a '" + (src_ / "log").string() + "' 2>/dev/null").c_str()) != 0) {
+  const std::string quoted = "'" + (src_ / "log").string() + "'";
+  if (std::system(("chattr +a " + quoted + " 2>/dev/null").c_str()) != 0) {
     GTEST_SKIP() << "no chattr +a on this filesystem";
   }
+  // Taken off however the test ends: an append-only file left behind cannot be removed
+  // with the test's folder.
+  struct AppendOnlyOff {
+    std::string quoted;
+    ~AppendOnlyOff() { std::system(("chattr -a " + quoted).c_str()); }
+  } append_only_off{quoted};
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
@@ -440,7 +447,6 @@ TEST_P(IntegrityTest, AnAppendOnlySourceFileTakesAppends) {
   }
   EXPECT_EQ(ReadFile(src_ / "log"), Lines(0, 12));
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 12));
-  std::system(("chattr -a '" + (src_ / "log").string() + "'").c_str());
 }
 
 // The other half: while the appender writes, something underneath changes the file's
