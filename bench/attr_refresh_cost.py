@@ -6,7 +6,9 @@ then each is stat()ed (a GETATTR each: the READ marked its atime stale); then ea
 read again and their folders are listed instead. Prints wall time and the daemon's CPU
 (utime + stime, 10 ms ticks) per file and per entry, 3 trials.
 
-    /usr/bin/python3 bench/attr_refresh_cost.py build/cli/epochfs
+    /usr/bin/python3 bench/attr_refresh_cost.py build/cli/epochfs [MOUNT FLAG ...]
+
+Flags after the binary go to its mount, e.g. ``--consistency open``.
 
 The data set is cpu_per_file.py's (3,000 files of ~110 KB in 100 folders), made once
 under /var/tmp/epochfs-attr-cost.
@@ -36,7 +38,7 @@ def read_all(mnt: str, paths: list[str]) -> None:
 
 
 def main() -> int:
-    binary = sys.argv[1]
+    binary, extra = sys.argv[1], sys.argv[2:]
     src, mnt, cache = f"{WORK}/src", f"{WORK}/mnt", f"{WORK}/cache"
     os.makedirs(mnt, exist_ok=True)
     if not os.path.exists(f"{WORK}/meta.json"):
@@ -48,7 +50,7 @@ def main() -> int:
     folders = sorted({os.path.dirname(p) for p in paths})
     for _ in range(3):
         shutil.rmtree(cache, ignore_errors=True)
-        pid = c.mount(binary, src, mnt, cache, f"{2 * total}", ["--prefetch", "0"], False)
+        pid = c.mount(binary, src, mnt, cache, f"{2 * total}", ["--prefetch", "0", *extra], False)
         try:
             read_all(mnt, paths)
             t0, c0 = time.monotonic(), daemon_cpu(pid)
