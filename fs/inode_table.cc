@@ -8,6 +8,17 @@
 #include <vector>
 
 namespace epochfs::fs {
+
+namespace {
+// Records `id` as the state of the file the kernel's pages of `inode` are of, at `now`
+// (wall clock); `made`: a change the mount made itself. Under the table's mutex.
+void RecordKernelCacheId(Inode& inode, const cache::SourceIdentity& id, int64_t now, bool made) {
+  inode.kernel_cache_id = id;
+  inode.kernel_cache_id_at_ns = now;
+  inode.kernel_cache_id_written = made;
+}
+}  // namespace
+
 InodeTable::InodeTable(UniqueFd root_fd, const struct ::stat& root_stat, uint64_t max_file_fds)
     : max_file_fds_(max_file_fds) {
   root_ = std::make_shared<Inode>();
@@ -99,9 +110,7 @@ std::shared_ptr<Inode> InodeTable::Remember(const std::shared_ptr<Inode>& parent
     // own: without it the racily clean rule would drop the pages of a file only the mount
     // writes, and such a drop can race with its next write (see KernelCacheFollows).
     // Otherwise a new node has no identity yet; its first check records one.
-    inode->kernel_cache_id = made->second.id;
-    inode->kernel_cache_id_at_ns = cache::WallClockNs();
-    inode->kernel_cache_id_written = true;
+    RecordKernelCacheId(*inode, made->second.id, cache::WallClockNs(), /*made=*/true);
   }
   NoteKernelAttrsLocked(*inode, cache::SourceIdentity::FromStat(st));
   by_nodeid_[inode->nodeid] = inode;
@@ -227,11 +236,6 @@ bool InodeTable::RefusesSize(const Inode& inode, uint64_t size) const {
 InodeTable::CacheMatch InodeTable::SwapKernelCacheIdLocked(Inode& inode,
                                                            const cache::SourceIdentity& id,
                                                            int64_t now, bool can_defer) const {
-  auto record = [&] {
-    inode.kernel_cache_id = id;
-    inode.kernel_cache_id_at_ns = now;
-    inode.kernel_cache_id_written = false;
-  };
   // A recent identity may hide a second change within its timestamp tick. One drop of
   // the pages once that window has passed covers every page read until then; the
   // identity counts as settled from that drop on, so the observations in between drop
@@ -242,7 +246,7 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheIdLocked(Inode& inode,
   };
   const bool recent = now <= id.ctime_ns + cache::kRacilyCleanNs;
   if (!inode.kernel_cache_id) {
-    record();
+    RecordKernelCacheId(inode, id, now, /*made=*/false);
     return can_defer && recent ? defer() : CacheMatch::kUnknown;
   }
   if (id.ctime_ns < inode.kernel_cache_id->ctime_ns) {
@@ -258,7 +262,7 @@ InodeTable::CacheMatch InodeTable::SwapKernelCacheIdLocked(Inode& inode,
     inode.kernel_cache_id_at_ns = now;  // recent and not ours: it settles from now on
     return CacheMatch::kChanged;
   }
-  record();
+  RecordKernelCacheId(inode, id, now, /*made=*/false);
   return CacheMatch::kChanged;
 }
 
@@ -269,9 +273,7 @@ bool InodeTable::SwapKernelCacheSize(Inode& inode, const cache::SourceIdentity& 
   if (Overlapped(inode, seen) || !inode.kernel_cache_id) return false;
   const cache::SourceIdentity& held = *inode.kernel_cache_id;
   if (id.size <= held.size || id.ctime_ns < held.ctime_ns) return false;
-  inode.kernel_cache_id = id;
-  inode.kernel_cache_id_at_ns = now;
-  inode.kernel_cache_id_written = false;
+  RecordKernelCacheId(inode, id, now, /*made=*/false);
   return true;
 }
 
@@ -377,9 +379,7 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
   // stays: the next observation compares with it.
   if (made && (!inode.kernel_cache_id || made->ctime_ns >= inode.kernel_cache_id->ctime_ns)) {
     // Concurrent changes end in any order; the newest identity is the file's.
-    inode.kernel_cache_id = made;
-    inode.kernel_cache_id_at_ns = now;
-    inode.kernel_cache_id_written = true;
+    RecordKernelCacheId(inode, *made, now, /*made=*/true);
     RememberMadeLocked(DevIno{inode.dev, inode.ino}, *made, now);
   }
   if (made && learns == KernelLearns::kCtimeOnly) {
