@@ -196,14 +196,7 @@ int64_t ChangeWatcher::DropDueNodes() {
     for (auto it = later_at_.begin(); it != due_end; ++it) nodes.push_back(it->second);
     later_at_.erase(later_at_.begin(), due_end);
   }
-  for (uint64_t nodeid : unfenced) {
-    std::shared_ptr<Inode> node = table_.Find(nodeid);
-    const uint64_t asked = node ? node->kernel_drops_asked.load() : 0;
-    if (node) table_.DropKernelAttrs(*node);
-    invalidator_.InvalidateInode(nodeid);
-    if (node) Answered(*node, asked);
-    identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
-  }
+  for (uint64_t nodeid : unfenced) DropAttrsAndPages(nodeid, table_.Find(nodeid).get());
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   for (uint64_t nodeid : nodes) {
@@ -217,8 +210,7 @@ int64_t ChangeWatcher::DropDueNodes() {
         MutexLock lock(mutex_);
         deferred_since_.erase(nodeid);  // forgotten while a writer held its drop off
       }
-      invalidator_.InvalidateInode(nodeid);
-      identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+      DropAttrsAndPages(nodeid, nullptr);
     }
   }
   MutexLock lock(mutex_);
@@ -261,12 +253,17 @@ bool ChangeWatcher::DropFenced(Inode& node) {
   node.maybe_open_for_writing = false;
   // Any other refusal (no lease to be had: fs.leases-enable=0, the name gone meanwhile)
   // drops unfenced too: a change underneath must not stay hidden from readers.
-  const uint64_t asked = node.kernel_drops_asked.load();
-  table_.DropKernelAttrs(node);
-  invalidator_.InvalidateInode(node.nodeid);
-  Answered(node, asked);
-  identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
+  DropAttrsAndPages(node.nodeid, &node);
   return true;
+}
+
+void ChangeWatcher::DropAttrsAndPages(uint64_t nodeid, Inode* node) {
+  // The asks counted before the drop begins are the ones it answers.
+  const uint64_t asked = node ? node->kernel_drops_asked.load() : 0;
+  if (node) table_.DropKernelAttrs(*node);
+  invalidator_.InvalidateInode(nodeid);
+  if (node) Answered(*node, asked);
+  identity_invalidations_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ChangeWatcher::Answered(Inode& node, uint64_t asked) {

@@ -112,6 +112,10 @@ class ChangeWatcher {
   // Drops the kernel's attributes and pages of `node` behind the fence; false when a
   // writer has the file open (queued again for kWriterRetryNs later).
   bool DropFenced(Inode& node);
+  // Drops the kernel's attributes and pages of `nodeid` now, unfenced, and counts the
+  // asks for that drop answered. `node`: its table entry, nullptr once forgotten (the
+  // kernel's pages may outlive it).
+  void DropAttrsAndPages(uint64_t nodeid, Inode* node);
   // The asks for a drop of `node`'s pages, `asked` of them when it began, are answered
   // (Inode::kernel_drops_answered).
   static void Answered(Inode& node, uint64_t asked);
