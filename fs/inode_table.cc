@@ -295,6 +295,15 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
 
 void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) {
   using KernelAttrs = Inode::KernelAttrs;
+  if (cache::WallClockNs() < inode.kernel_attrs_dropped_at_ns + kDroppedReplyWindowNs) {
+    // Perhaps the reply to a request sent before the drop, which the kernel discards
+    // (DropKernelAttrs). Nothing since the drop is trusted; a result of the mount's own
+    // change recorded meanwhile is, unless this reply disagrees with it.
+    if (inode.kernel_attrs == KernelAttrs::kOne && !(inode.kernel_attr_id == id)) {
+      inode.kernel_attrs = KernelAttrs::kMixed;
+    }
+    return;
+  }
   switch (inode.kernel_attrs) {
     case KernelAttrs::kNone:
     case KernelAttrs::kDropped:
@@ -322,8 +331,10 @@ void InodeTable::NoteKernelAttrs(Inode& inode, const cache::SourceIdentity& id,
 }
 
 void InodeTable::DropKernelAttrs(Inode& inode) const {
+  const int64_t now = cache::WallClockNs();
   MutexLock lock(mutex_);
   inode.kernel_attrs = Inode::KernelAttrs::kDropped;
+  inode.kernel_attrs_dropped_at_ns = now;
 }
 
 bool InodeTable::KernelAttrsShow(const Inode& inode, const cache::SourceIdentity& id,

@@ -97,14 +97,16 @@ struct Inode {
   // before another reply was applied, so the one it keeps may be the one computed first.
   // kOne: every reply since the last drop showed `kernel_attr_id`. kMixed: they
   // disagreed. kDropped: the kernel's attributes were dropped (InvalidateInode) and no
-  // reply has been recorded since; one stat'ed before an open's check may still be
-  // recorded, and applied, after it, so nothing is trusted until one is. A change by the
+  // reply has been recorded since that the kernel surely applied (DropKernelAttrs); one
+  // stat'ed before an open's check may still be recorded, and applied, after it, so
+  // nothing is trusted until one is. A change by the
   // mount whose result the kernel takes (a write, a SETATTR) leaves kOne with that result
   // (`kernel_attr_made`): it discards the replies to requests sent before.
   enum class KernelAttrs : uint8_t { kNone, kDropped, kOne, kMixed };
   KernelAttrs kernel_attrs = KernelAttrs::kNone;
   cache::SourceIdentity kernel_attr_id;  // with kOne
   bool kernel_attr_made = false;         // kernel_attr_id is a change by the mount
+  int64_t kernel_attrs_dropped_at_ns = 0;  // wall clock of the last DropKernelAttrs
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
   KernelPagesRecord kernel_pages;
@@ -268,10 +270,18 @@ class InodeTable {
   // changes leave the size as it was.
   void NoteKernelAttrs(Inode& inode, const cache::SourceIdentity& id, Observation seen);
   // Records that the kernel's attributes of `inode` are about to be dropped: call it
-  // before InvalidateInode, so that every reply computed after the drop counts (one
-  // computed before it answers a LOOKUP, GETATTR or READ sent before it, which the kernel
-  // discards). Const: it changes the node, not the table.
+  // before InvalidateInode. The kernel then discards the reply to every LOOKUP, GETATTR
+  // or READ it sent before the drop, however late that reply is computed: it compares the
+  // attributes' version it read when it sent the request. A reader whose read past the
+  // old size waited for such a GETATTR reads with the old size (an early end of file).
+  // The daemon sees when a request arrives, not when it was sent, so a reply recorded
+  // within kDroppedReplyWindowNs of a drop is not trusted (NoteKernelAttrs). Const: it
+  // changes the node, not the table.
   void DropKernelAttrs(Inode& inode) const;
+  // Far longer than a request waits between the kernel's send and the daemon's reply,
+  // and short enough that a file changed a second ago is the only one read around the
+  // page cache for it (an open then finds the attributes dropped: direct I/O).
+  static constexpr int64_t kDroppedReplyWindowNs = 1'000'000'000;
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead (the kernel retries only once), and
   // nothing drops the node's attributes (RelookupPending).

@@ -79,6 +79,12 @@ TEST(InodeTable, ANodeIsFoundWithTheAttributesItsReplyCarries) {
 // an append that a later LOOKUP had reported). Replies that disagree leave what the
 // kernel shows unknown until its attributes are dropped; after the drop it asks again
 // before it uses a size, and the replies from then on count.
+// As if the window after the last drop of `node`'s attributes had passed: a reply
+// recorded now answers a request the kernel sent after that drop.
+void WindowAfterDropPassed(Inode& node) {
+  node.kernel_attrs_dropped_at_ns -= InodeTable::kDroppedReplyWindowNs;
+}
+
 TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) {
   InodeTable table = MakeTable();
   struct ::stat st = FileStat(4096, 10);
@@ -97,6 +103,7 @@ TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) 
   table.DropKernelAttrs(*a);
   EXPECT_FALSE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
   EXPECT_EQ(table.KernelAttrId(*a), std::nullopt);  // no size to push by
+  WindowAfterDropPassed(*a);
   table.NoteKernelAttrs(*a, after, InodeTable::Observe(*a));  // the relookup's reply, or a GETATTR's
   EXPECT_TRUE(table.KernelAttrsShow(*a, after, InodeTable::Observe(*a)));
   EXPECT_TRUE(table.KernelAttrsShow(*a, before, InodeTable::Observe(*a)));  // older: its ctime
@@ -123,6 +130,38 @@ TEST(InodeTable, RepliesThatDisagreeLeaveTheKernelsAttributesUnknownUntilADrop) 
   EXPECT_EQ(table.KernelAttrId(*a), truncated);
 }
 
+// The kernel discards the reply to a GETATTR it sent before a drop of the attributes,
+// however late the reply is computed, and a read that waited for it goes on with the old
+// size: it ends early. Such a reply must not make an open trust the kernel's size (seen
+// once in the torture test: a fresh open after a write underneath read 0 bytes of 5,456).
+TEST(InodeTable, AReplyRecordedSoonAfterADropIsNotTrusted) {
+  InodeTable table = MakeTable();
+  auto a = table.Remember(table.root(), "a", FileStat(0, 10), UniqueFd());
+  const auto written = cache::SourceIdentity::FromStat(FileStat(5456, 11));  // underneath
+  table.DropKernelAttrs(*a);  // an open found the change
+  table.NoteKernelAttrs(*a, written, InodeTable::Observe(*a));  // a GETATTR sent before it
+  EXPECT_FALSE(table.KernelAttrsShow(*a, written, InodeTable::Observe(*a)));
+  EXPECT_TRUE(table.KernelAttrsDropped(*a));  // an open reads with direct I/O
+  // A LOOKUP's reply, recorded by Remember, is no more trusted.
+  ASSERT_EQ(table.Remember(table.root(), "a", FileStat(5456, 11), UniqueFd()).get(), a.get());
+  EXPECT_FALSE(table.KernelAttrsShow(*a, written, InodeTable::Observe(*a)));
+
+  // A result of the mount's own change is the kernel's (it sets it itself), unless a reply
+  // in the window disagrees: the kernel may then hold either.
+  const auto truncated = cache::SourceIdentity::FromStat(FileStat(100, 12));
+  MountChange(table, a.get()).Made(truncated);
+  table.NoteKernelAttrs(*a, truncated, InodeTable::Observe(*a));
+  EXPECT_TRUE(table.KernelAttrsShow(*a, truncated, InodeTable::Observe(*a)));
+  table.NoteKernelAttrs(*a, written, InodeTable::Observe(*a));
+  EXPECT_FALSE(table.KernelAttrsShow(*a, truncated, InodeTable::Observe(*a)));
+
+  // Once the window has passed, a reply answers a request sent after the drop.
+  table.DropKernelAttrs(*a);
+  WindowAfterDropPassed(*a);
+  table.NoteKernelAttrs(*a, truncated, InodeTable::Observe(*a));
+  EXPECT_TRUE(table.KernelAttrsShow(*a, truncated, InodeTable::Observe(*a)));
+}
+
 // A rename, a link, an unlink or an xattr through the mount only moves the ctime the
 // kernel shows; it keeps the size its attributes held. Such a change must not make the
 // daemon believe the kernel shows a size that an earlier change underneath left.
@@ -135,6 +174,7 @@ TEST(InodeTable, AChangeThatOnlyMovesTheCtimeKeepsWhatTheKernelShows) {
   EXPECT_FALSE(table.KernelAttrsShow(*a, renamed, InodeTable::Observe(*a)));
   // Renamed again with nothing else changed: the kernel's size is still right.
   table.DropKernelAttrs(*a);
+  WindowAfterDropPassed(*a);
   table.NoteKernelAttrs(*a, renamed, InodeTable::Observe(*a));
   auto moved = renamed;
   moved.ctime_ns += 1'000'000'000;
