@@ -47,6 +47,13 @@ class Invalidator {
   // Drops the kernel's attributes of `nodeid` and none of its pages: the kernel refuses
   // replies to requests sent before, and asks again at the next use that needs them.
   virtual void InvalidateAttrs(uint64_t nodeid) = 0;
+  // Makes the kernel's size of `nodeid` at least `size` by storing the file's last byte
+  // (`last_byte`, at size - 1) into its pages: the kernel takes a larger size from such a
+  // store in the same step that refuses the replies to requests sent before it, so a
+  // reader whose GETATTR it refused still reads up to `size`. A smaller size is left as
+  // it is. Returns false if the kernel has no such node. Only while no handle writes the
+  // file (fs/write_fence.h: a store can land under a buffered write).
+  virtual bool ShowSize(uint64_t nodeid, uint64_t size, char last_byte) = 0;
 };
 
 class ChangeWatcher {

@@ -22,8 +22,18 @@ class RecordingInvalidator : public Invalidator {
   void InvalidateEntry(uint64_t, const std::string&) override {}
   void InvalidateInode(uint64_t nodeid) override { inodes.push_back(nodeid); }
   void InvalidateAttrs(uint64_t nodeid) override { attrs.push_back(nodeid); }
+  bool ShowSize(uint64_t nodeid, uint64_t size, char last_byte) override {
+    sizes.push_back({nodeid, size, last_byte});
+    return true;
+  }
   std::vector<uint64_t> attrs;
   std::vector<uint64_t> inodes;
+  struct Shown {
+    uint64_t nodeid, size;
+    char last_byte;
+    bool operator==(const Shown&) const = default;
+  };
+  std::vector<Shown> sizes;
 };
 
 class FilesystemTest : public ::testing::Test {
@@ -123,9 +133,9 @@ TEST_F(FilesystemTest, SourceEntriesCarryTheModesTimeouts) {
 // that finds the file changed since its last LOOKUP must not let the kernel read with
 // the old size. It drops the kernel's node and answers ESTALE (the kernel then looks
 // the name up again and retries the open once). Until a reply the kernel surely applied
-// is recorded, an open reads with direct I/O, which the kernel does not clamp to its
-// size: the LOOKUP's reply, right after the drop, may answer a LOOKUP sent before it,
-// which the kernel discards (InodeTable::DropKernelAttrs).
+// is recorded, an open sets the kernel's size itself, by storing the file's last byte:
+// the LOOKUP's reply, right after the drop, may answer a LOOKUP sent before it, which
+// the kernel discards (InodeTable::DropKernelAttrs), and reads stop at its size.
 TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) {
   auto core = Make(true);
   auto file = core->Lookup(kRootNodeId, "file.txt");
@@ -146,16 +156,27 @@ TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) 
   EXPECT_EQ(again->attr.st_size, 15);
   auto retried = core->Open(file->nodeid, O_RDONLY);
   ASSERT_TRUE(retried.ok()) << retried.status().ToString();
-  EXPECT_TRUE(retried->direct_io);
-  EXPECT_FALSE(retried->keep_cache);
-  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid}) << "one drop, one ESTALE";
+  EXPECT_FALSE(retried->direct_io) << "a shared mapping of it would fail (ENODEV)";
+  EXPECT_FALSE(retried->keep_cache);  // dropped once more as the kernel takes the reply
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
+  using Shown = RecordingInvalidator::Shown;
+  EXPECT_EQ(kernel_.sizes, std::vector<Shown>{(Shown{file->nodeid, 15, 'e'})});
 
-  // Changed again before the kernel could look it up a second time: no error, but no
-  // cached size either.
+  // Grown again before the kernel could look it up a second time: no error, and the
+  // size is set again.
+  dir_.Write("src/file.txt", "hello, and more still");
+  auto grown = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
+  EXPECT_FALSE(grown->direct_io);
+  EXPECT_EQ(kernel_.sizes.back(), (Shown{file->nodeid, 21, 'l'}));
+
+  // Shrunk: a store cannot shrink the kernel's size, so this open reads with direct I/O
+  // (not clamped to that size, and ended where the daemon's reads end).
   dir_.Write("src/file.txt", "hi");
-  auto direct = core->Open(file->nodeid, O_RDONLY);
-  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
-  EXPECT_TRUE(direct->direct_io);
+  auto shrunk = core->Open(file->nodeid, O_RDONLY);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status().ToString();
+  EXPECT_TRUE(shrunk->direct_io);
+  EXPECT_EQ(kernel_.sizes.size(), 2u);
 }
 
 // A write through the mount is in the kernel's pages before it is in the source, so no
@@ -205,8 +226,10 @@ TEST_F(FilesystemTest, NoOpenDropsThePagesOfAFileOpenForWriting) {
   ASSERT_TRUE(core->Lookup(kRootNodeId, "file.txt").ok());
   auto after = core->Open(file->nodeid, O_RDONLY);
   ASSERT_TRUE(after.ok()) << after.status().ToString();
-  EXPECT_TRUE(after->direct_io) << "the LOOKUP came within a second of the release's drop";
-  EXPECT_EQ(kernel_.inodes.size(), 1u);
+  // Its LOOKUP came within a second of the release's drop, so the kernel's size is not
+  // trusted, and the file shrank (15 bytes, then 2): a store cannot set a smaller size.
+  EXPECT_TRUE(after->direct_io);
+  EXPECT_TRUE(kernel_.sizes.empty());
 }
 
 // A reader that keeps the file open learns a size changed underneath from a GETATTR

@@ -378,6 +378,18 @@ void KernelInvalidator::InvalidateAttrs(uint64_t nodeid) {
   fuse_lowlevel_notify_inval_inode(session_, nodeid, -1, 0);  // a negative offset: no page
 }
 
+bool KernelInvalidator::ShowSize(uint64_t nodeid, uint64_t size, char last_byte) {
+  if (size == 0) return true;  // nothing smaller to grow from
+  // fuse_notify_store: a store ending past i_size sets i_size to its end, under the lock
+  // that moves the attributes' version on (fuse_write_update_attr). Its one byte lands in
+  // the last page, which the kernel reads whole again unless the byte begins it (then
+  // the rest of the page is past the end: zeros, which the kernel fills in).
+  struct fuse_bufvec buf = FUSE_BUFVEC_INIT(1);
+  buf.buf[0].mem = &last_byte;
+  return fuse_lowlevel_notify_store(session_, nodeid, size - 1, &buf,
+                                    static_cast<fuse_buf_copy_flags>(0)) == 0;
+}
+
 const char* RequestKindName(RequestKind kind) {
   static constexpr const char* kNames[] = {
 #define EPOCHFS_NAME(name) #name,

@@ -81,6 +81,7 @@ class KernelInvalidator : public Invalidator {
   void InvalidateEntry(uint64_t parent_nodeid, const std::string& name) override;
   void InvalidateInode(uint64_t nodeid) override;
   void InvalidateAttrs(uint64_t nodeid) override;
+  bool ShowSize(uint64_t nodeid, uint64_t size, char last_byte) override;
 
  private:
   struct fuse_session* session_;

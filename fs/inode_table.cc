@@ -295,6 +295,7 @@ bool InodeTable::KernelCacheFollows(const Inode& inode, const cache::SourceIdent
 
 void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity& id) {
   using KernelAttrs = Inode::KernelAttrs;
+  inode.kernel_sizes_max = std::max(inode.kernel_sizes_max, id.size);
   if (cache::WallClockNs() < inode.kernel_attrs_dropped_at_ns + kDroppedReplyWindowNs) {
     // Perhaps the reply to a request sent before the drop, which the kernel discards
     // (DropKernelAttrs). Nothing since the drop is trusted; a result of the mount's own
@@ -310,6 +311,7 @@ void InodeTable::NoteKernelAttrsLocked(Inode& inode, const cache::SourceIdentity
       inode.kernel_attrs = KernelAttrs::kOne;
       inode.kernel_attr_id = id;
       inode.kernel_attr_made = false;
+      inode.kernel_sizes_max = id.size;
       break;
     case KernelAttrs::kOne:
       if (inode.kernel_attr_id == id) break;
@@ -353,6 +355,11 @@ bool InodeTable::KernelAttrsShow(const Inode& inode, const cache::SourceIdentity
   return false;
 }
 
+bool InodeTable::MayShowSize(const Inode& inode, uint64_t size) const {
+  MutexLock lock(mutex_);
+  return size >= inode.kernel_sizes_max;
+}
+
 bool InodeTable::KernelAttrsDropped(const Inode& inode) const {
   MutexLock lock(mutex_);
   return inode.kernel_attrs == Inode::KernelAttrs::kDropped;
@@ -388,6 +395,7 @@ void InodeTable::EndMountChange(Inode& inode, const std::optional<cache::SourceI
   MutexLock lock(mutex_);
   // Without a result (the change failed, or the stat after it did) the recorded identity
   // stays: the next observation compares with it.
+  if (made) inode.kernel_sizes_max = std::max(inode.kernel_sizes_max, made->size);
   if (made && (!inode.kernel_cache_id || made->ctime_ns >= inode.kernel_cache_id->ctime_ns)) {
     // Concurrent changes end in any order; the newest identity is the file's.
     RecordKernelCacheId(inode, *made, now, /*made=*/true);

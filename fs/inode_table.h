@@ -107,6 +107,9 @@ struct Inode {
   cache::SourceIdentity kernel_attr_id;  // with kOne
   bool kernel_attr_made = false;         // kernel_attr_id is a change by the mount
   int64_t kernel_attrs_dropped_at_ns = 0;  // wall clock of the last DropKernelAttrs
+  // The largest size a reply or a change by the mount gave the kernel since it last
+  // surely held one (kOne recorded): the kernel's size is no larger (MayShowSize).
+  uint64_t kernel_sizes_max = 0;
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
   KernelPagesRecord kernel_pages;
@@ -282,6 +285,10 @@ class InodeTable {
   // and short enough that a file changed a second ago is the only one read around the
   // page cache for it (an open then finds the attributes dropped: direct I/O).
   static constexpr int64_t kDroppedReplyWindowNs = 1'000'000'000;
+  // Whether storing `size` can make the kernel's size of `inode` exactly `size`: a store
+  // only grows it, so no reply since the kernel last surely held a size may have told it
+  // a larger one (a truncate underneath needs direct I/O instead).
+  bool MayShowSize(const Inode& inode, uint64_t size) const;
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
   // open of the node reads with direct I/O instead (the kernel retries only once), and
   // nothing drops the node's attributes (RelookupPending).

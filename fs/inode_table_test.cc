@@ -162,6 +162,32 @@ TEST(InodeTable, AReplyRecordedSoonAfterADropIsNotTrusted) {
   EXPECT_TRUE(table.KernelAttrsShow(*a, truncated, InodeTable::Observe(*a)));
 }
 
+// An open that cannot trust the kernel's size stores the file's last byte to set it
+// (SourceFs::ShowSizeToKernel); a store only grows the size, so that is only right while
+// no reply since the kernel last surely held a size told it a larger one.
+TEST(InodeTable, ASizeIsShownByAStoreOnlyIfNoReplyToldALargerOne) {
+  InodeTable table = MakeTable();
+  auto a = table.Remember(table.root(), "a", FileStat(4096, 10), UniqueFd());
+  EXPECT_TRUE(table.MayShowSize(*a, 4096));
+  EXPECT_TRUE(table.MayShowSize(*a, 8192));
+  EXPECT_FALSE(table.MayShowSize(*a, 100));  // truncated underneath: the kernel has 4096
+
+  table.DropKernelAttrs(*a);
+  table.NoteKernelAttrs(*a, cache::SourceIdentity::FromStat(FileStat(9000, 11)),
+                        InodeTable::Observe(*a));  // not trusted, but perhaps applied
+  EXPECT_FALSE(table.MayShowSize(*a, 4096));
+  EXPECT_TRUE(table.MayShowSize(*a, 9000));
+  MountChange(table, a.get()).Made(cache::SourceIdentity::FromStat(FileStat(12000, 12)));
+  EXPECT_FALSE(table.MayShowSize(*a, 9000));  // the kernel's own write grew it
+
+  // A reply surely applied: the kernel's size is that one again.
+  table.DropKernelAttrs(*a);
+  WindowAfterDropPassed(*a);
+  table.NoteKernelAttrs(*a, cache::SourceIdentity::FromStat(FileStat(50, 13)),
+                        InodeTable::Observe(*a));
+  EXPECT_TRUE(table.MayShowSize(*a, 50));
+}
+
 // A rename, a link, an unlink or an xattr through the mount only moves the ctime the
 // kernel shows; it keeps the size its attributes held. Such a change must not make the
 // daemon believe the kernel shows a size that an earlier change underneath left.

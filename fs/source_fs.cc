@@ -665,6 +665,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   // appears while it is held.
   const bool writers = (*inode)->open_for_writing.load() > 0;
   Invalidator* const kernel = kernel_.load();
+  bool show_size = false;
   if (!inodes_.KernelAttrsShow(**inode, id, seen)) {
     // The kernel kept this name and its attributes since an older state of the file
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
@@ -677,9 +678,9 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     const bool relookup =
         !inodes_.KernelAttrsDropped(**inode) && inodes_.MayAskRelookup(**inode);
     spdlog::debug("open of node {} (source inode {}, {} bytes, {}): the kernel's attributes "
-                  "may show another state; {}",
+                  "may show another state{}",
                   nodeid, id.ino, id.size, may_write ? "for writing" : "read-only",
-                  relookup ? "it looks the name up again" : "direct I/O");
+                  relookup ? "; it looks the name up again" : "");
     // Dropped first: a reply still in flight with older attributes is then refused by
     // the kernel (the drop moves their version on). The pages go too, unless another
     // handle writes the file: the LOOKUP's larger size would otherwise make the old
@@ -708,23 +709,30 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
       // read past the size asks anew. That reply to the LOOKUP a relookup asked for is
       // refused too (a round trip more), which a writer can bear.
       drop();
-    } else {
-      // Changed again right after that LOOKUP, or another opener's LOOKUP is still on
-      // its way: this open reads past any cached size, from the daemon (a direct I/O
-      // read is not clamped to i_size). No drop of the attributes here: it would move
-      // their version on, and the kernel would discard the reply to the LOOKUP the
-      // ESTALE asked for (and ask again at its next use: a round trip more).
+      open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    } else if (writers || kernel == nullptr || !inodes_.MayShowSize(**inode, id.size)) {
+      // Another handle writes the file (no store may land under its writes), the kernel
+      // may have been told a larger size (a store cannot shrink it), or no kernel to store
+      // into (a test): this open reads from the daemon, with direct I/O, which the kernel
+      // neither clamps to its size nor reads past the file's end with.
       result.direct_io = true;
+      open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      // Changed again right after that LOOKUP, another opener's LOOKUP is still on its
+      // way, or the replies since a drop may all have been refused: the kernel's size is
+      // set to this open's below, once its pages are dealt with (ShowSize). No drop of
+      // the attributes here: it would refuse the reply to the LOOKUP the ESTALE asked
+      // for (and the kernel would ask again at its next use: a round trip more).
+      show_size = true;
     }
-    open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
   }
   const auto match = inodes_.SwapKernelCacheId(**inode, id, seen);
   // While a relookup's reply may be on its way, the kernel's pages are dropped by this
   // open (keep_cache off, which moves no attribute version), whatever it found, so that
   // no opener keeps pages older than a change another one saw.
   const bool relookup_pending = inodes_.RelookupPending(**inode);
-  const bool stale = match != InodeTable::CacheMatch::kSame || relookup_pending ||
-                     (*inode)->pages_drop_owed;
+  const bool owed_drop = (*inode)->pages_drop_owed;
+  const bool stale = match != InodeTable::CacheMatch::kSame || relookup_pending || owed_drop;
   result.keep_cache = !stale;
   if (stale && writers) {
     spdlog::debug("open of node {} (source inode {}): the kernel's pages may be older than "
@@ -748,6 +756,13 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     (*inode)->pages_drop_owed = false;  // keep_cache off drops them at this open
   }
   if (match == InodeTable::CacheMatch::kChanged) cache_->Invalidate(id.dev, id.ino);
+  if (show_size) {
+    // Pages left from before a change this open did not drop itself (a relookup's drop
+    // took the older ones, and a READ since read the file as it is).
+    const bool pages_may_be_older =
+        !result.keep_cache && (match == InodeTable::CacheMatch::kRecent || owed_drop);
+    ShowSizeToKernel(**inode, fd, id, pages_may_be_older, *kernel, result);
+  }
   // Without keep_cache the kernel drops the file's pages at this open.
   if (!result.keep_cache) (*inode)->kernel_pages.Dropped();
   result.handle = NewHandle(*inode, std::move(fd), id, flags);
@@ -1012,8 +1027,56 @@ void SourceFs::DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity&
   }
 }
 
+void SourceFs::ShowSizeToKernel(Inode& node, const UniqueFd& fd, const cache::SourceIdentity& id,
+                                bool pages_may_be_older, Invalidator& kernel,
+                                OpenResult& result) {
+  // The kernel's size may be smaller than this open's: it may hold an older one, or have
+  // refused every reply that carried this one (InodeTable::DropKernelAttrs), and its
+  // reads stop at its size. Direct I/O would read past it, but the kernel refuses a
+  // shared mapping of a file opened so (ENODEV: numpy's mmap_mode, for one). A store of
+  // the last byte sets the size instead, in the same step that refuses older replies.
+  // Pages that may be older go first: under a larger size their old last page would show
+  // its zero-filled tail as the file's bytes. Called under open_order, no writer open.
+  auto last_byte = ReadLastByte(node, fd, id.size);
+  if (!last_byte.ok()) {
+    spdlog::debug("open of node {}: its last byte: {}; direct I/O", node.nodeid,
+                  last_byte.status().ToString());
+    result.direct_io = true;
+    open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (pages_may_be_older) {
+    DropAttrsAndPages(node, kernel);  // now, not at the kernel's handling of this reply
+    node.pages_drop_owed = false;
+    result.keep_cache = true;
+  }
+  if (!kernel.ShowSize(node.nodeid, id.size, *last_byte)) {
+    result.direct_io = true;  // not known to the kernel: nothing to store into
+    open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  open_sizes_shown_.fetch_add(1, std::memory_order_relaxed);
+}
+
+Result<char> SourceFs::ReadLastByte(const Inode& node, const UniqueFd& fd, uint64_t size) {
+  if (size == 0) return '\0';  // nothing to store: no size is smaller
+  UniqueFd reopened;
+  int read_fd = fd.get();
+  if (!fd) {
+    auto opened = ReopenNode(node, O_RDONLY);
+    if (!opened.ok()) return opened.status();
+    reopened = std::move(opened->first);
+    read_fd = reopened.get();
+  }
+  char byte = 0;
+  const ssize_t n = ::pread(read_fd, &byte, 1, static_cast<off_t>(size - 1));
+  if (n < 0) return Errno("read the last byte");
+  if (n == 0) return Status::Stale("shrunk since its stat");
+  return byte;
+}
+
 void SourceFs::DropAttrsAndPages(Inode& node, Invalidator& kernel) {
-  inodes_.DropKernelAttrs(node);  // first: every reply computed after the drop counts
+  inodes_.DropKernelAttrs(node);  // first: a reply recorded after it is judged against it
   kernel.InvalidateInode(node.nodeid);
 }
 
@@ -1248,7 +1311,7 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
   uint64_t open = 0, max_open = 0, reopens = 0, checks = 0, relookups = 0, direct_fallbacks = 0,
-           drops_deferred = 0, attrs_after_change = 0;
+           sizes_shown = 0, drops_deferred = 0, attrs_after_change = 0;
   if (fs) {
     open = fs->handle_fds_.open();
     max_open = fs->handle_fds_.max_open();
@@ -1256,6 +1319,7 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
     checks = fs->open_checks_.load(std::memory_order_relaxed);
     relookups = fs->open_relookups_.load(std::memory_order_relaxed);
     direct_fallbacks = fs->open_direct_fallbacks_.load(std::memory_order_relaxed);
+    sizes_shown = fs->open_sizes_shown_.load(std::memory_order_relaxed);
     drops_deferred = fs->open_drops_deferred_.load(std::memory_order_relaxed);
     attrs_after_change = fs->attrs_after_change_.load(std::memory_order_relaxed);
   }
@@ -1283,11 +1347,18 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
             .Show({.row = "source fds", .label = "re-looked-up", .quiet = true}),
         relookups);
   visit(CounterInfo{"open_direct_fallbacks",
-                    "Opens whose file changed again right after a re-lookup: read-only ones read "
-                    "with direct I/O, ones for writing drop what the kernel holds of it.",
+                    "Opens that could not trust the kernel's size of a file changed underneath "
+                    "and could not set it: read-only ones read with direct I/O (another "
+                    "handle writes the file), ones for writing drop what the kernel holds of it.",
                     kCounter}
             .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
         direct_fallbacks);
+  visit(CounterInfo{"open_sizes_shown",
+                    "Read-only opens that could not trust the kernel's size of a file changed "
+                    "underneath and set it, by storing the file's last byte into its pages.",
+                    kCounter}
+            .Show({.row = "source fds", .label = "sizes set", .quiet = true}),
+        sizes_shown);
   visit(CounterInfo{"open_drops_deferred",
                     "Opens that found the kernel's pages older than a file open for writing "
                     "through the mount: read with direct I/O, the pages dropped at the last "

@@ -288,6 +288,14 @@ class SourceFs {
   // Drops the kernel's attributes and pages of `node` through `kernel`, recording the
   // attributes' drop first (InodeTable::DropKernelAttrs).
   void DropAttrsAndPages(Inode& node, Invalidator& kernel);
+  // For a read-only open that cannot trust the kernel's size of `node` (OpenChecked, under
+  // its open_order, no writer open): sets it to `id`'s by storing the file's last byte,
+  // after dropping the pages first if they may be of an older file; or, failing that,
+  // has `result` read with direct I/O. `fd` is the open's source fd, if any.
+  void ShowSizeToKernel(Inode& node, const UniqueFd& fd, const cache::SourceIdentity& id,
+                        bool pages_may_be_older, Invalidator& kernel, OpenResult& result);
+  // The byte at `size` - 1 of `node`'s file, read through `fd` or a reopen of the node.
+  Result<char> ReadLastByte(const Inode& node, const UniqueFd& fd, uint64_t size);
   // "open" mode's drop before a reply with attributes (CheckKernelCache).
   void DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity& id,
                               InodeTable::Observation seen);
@@ -319,6 +327,7 @@ class SourceFs {
   std::atomic<uint64_t> open_relookups_{0};
   std::atomic<uint64_t> open_checks_{0};
   std::atomic<uint64_t> open_direct_fallbacks_{0};
+  std::atomic<uint64_t> open_sizes_shown_{0};
   std::atomic<uint64_t> open_drops_deferred_{0};
   std::atomic<uint64_t> attrs_after_change_{0};  // CheckKernelCache with Reply::kAttributes
   prefetch::Prefetcher* const prefetcher_;  // plans are resolved for it; may be null

@@ -470,6 +470,7 @@ const std::vector<std::string> kStatsKeys = {
     "open_file_fds",
     "open_file_fds_max",
     "open_relookups",
+    "open_sizes_shown",
     "packs",
     "packs_reclaimed",
     "parallel_lookups",

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -504,6 +505,33 @@ TEST_F(MountTest, ARelookupAfterAChangeUnderneathIsNoError) {
   EXPECT_GT(after["open_relookups"].get<uint64_t>(), before["open_relookups"].get<uint64_t>())
       << after.dump();
   EXPECT_EQ(after["request_errors"], before["request_errors"]) << after.dump();
+}
+
+// An open that cannot trust the kernel's size of a file changed underneath sets it
+// (a store of the last byte) rather than reading with direct I/O: the kernel refuses a
+// shared mapping of a file opened with direct I/O (ENODEV), and numpy's mmap_mode maps
+// files shared. Every open within a second of the change is such an open.
+TEST_F(MountTest, AFileChangedUnderneathCanBeMappedSharedAtOnce) {
+  WriteFile(src_ / "f", "first");
+  AgeFile(src_ / "f", 3600);
+  auto m = MountIt({"--consistency", "open"});
+  ASSERT_TRUE(m->ok());
+  ASSERT_EQ(ReadFile(mnt_ / "f"), "first");
+  const std::string second = RandomBytes(9000, 3);
+  WriteFile(src_ / "f", second);
+  for (int i = 0; i < 3; i++) {
+    const int fd = ::open((mnt_ / "f").c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    struct ::stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    EXPECT_EQ(st.st_size, 9000);
+    void* map = ::mmap(nullptr, second.size(), PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_NE(map, MAP_FAILED) << "open " << i << ": " << std::strerror(errno);
+    EXPECT_EQ(std::string(static_cast<const char*>(map), second.size()), second) << i;
+    ::munmap(map, second.size());
+    ::close(fd);
+  }
+  EXPECT_GT(m->Stats()["open_sizes_shown"].get<uint64_t>(), 0u) << m->Stats().dump();
 }
 
 TEST_F(MountTest, LargeFilesAreReadInChunkSizedRequests) {
