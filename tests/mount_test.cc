@@ -32,6 +32,16 @@ class MountTest : public MountedDirsTest {
     return m;
   }
 
+  // Mounts in "open" mode over a source holding `f` ("first", an hour old) and reads it
+  // through the mount once: the kernel then holds its name, attributes and pages.
+  std::unique_ptr<Mount> MountOpenModeAfterReadingF() {
+    WriteFile(src_ / "f", "first");
+    AgeFile(src_ / "f", 3600);
+    auto m = MountIt({"--consistency", "open"});
+    EXPECT_EQ(ReadFile(mnt_ / "f"), "first");
+    return m;
+  }
+
   // Reads every file of `d` through the mount with `threads` threads; returns mismatches.
   std::vector<std::string> ReadAllThroughMount(const Dataset& d, int threads) {
     std::vector<std::string> bad;
@@ -493,11 +503,8 @@ TEST_F(MountTest, EveryErrorReplyIsCounted) {
 // its name up again (ESTALE): counted as a relookup, not as an error (every change
 // underneath made a healthy mount's errors grow).
 TEST_F(MountTest, ARelookupAfterAChangeUnderneathIsNoError) {
-  WriteFile(src_ / "f", "first");
-  AgeFile(src_ / "f", 3600);
-  auto m = MountIt({"--consistency", "open"});
+  auto m = MountOpenModeAfterReadingF();
   ASSERT_TRUE(m->ok());
-  ASSERT_EQ(ReadFile(mnt_ / "f"), "first");
   const auto before = m->Stats();
   WriteFile(src_ / "f", "second, longer");
   EXPECT_EQ(ReadFile(mnt_ / "f"), "second, longer");
@@ -512,11 +519,8 @@ TEST_F(MountTest, ARelookupAfterAChangeUnderneathIsNoError) {
 // shared mapping of a file opened with direct I/O (ENODEV), and numpy's mmap_mode maps
 // files shared. Every open within a second of the change is such an open.
 TEST_F(MountTest, AFileChangedUnderneathCanBeMappedSharedAtOnce) {
-  WriteFile(src_ / "f", "first");
-  AgeFile(src_ / "f", 3600);
-  auto m = MountIt({"--consistency", "open"});
+  auto m = MountOpenModeAfterReadingF();
   ASSERT_TRUE(m->ok());
-  ASSERT_EQ(ReadFile(mnt_ / "f"), "first");
   const std::string second = RandomBytes(9000, 3);
   WriteFile(src_ / "f", second);
   for (int i = 0; i < 3; i++) {
