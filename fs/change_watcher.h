@@ -52,7 +52,7 @@ class Invalidator {
   // store in the same step that refuses the replies to requests sent before it, so a
   // reader whose GETATTR it refused still reads up to `size`. A smaller size is left as
   // it is. Returns false if the kernel has no such node. Only while no handle writes the
-  // file (fs/write_fence.h: a store can land under a buffered write).
+  // file (fs/write_fence.h: a store can land under a buffered write). `size` > 0.
   virtual bool ShowSize(uint64_t nodeid, uint64_t size, char last_byte) = 0;
 };
 

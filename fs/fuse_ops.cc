@@ -379,7 +379,6 @@ void KernelInvalidator::InvalidateAttrs(uint64_t nodeid) {
 }
 
 bool KernelInvalidator::ShowSize(uint64_t nodeid, uint64_t size, char last_byte) {
-  if (size == 0) return true;  // nothing smaller to grow from
   // fuse_notify_store: a store ending past i_size sets i_size to its end, under the lock
   // that moves the attributes' version on (fuse_write_update_attr). Its one byte lands in
   // the last page, which the kernel reads whole again unless the byte begins it (then

@@ -360,6 +360,18 @@ bool InodeTable::MayShowSize(const Inode& inode, uint64_t size) const {
   return size >= inode.kernel_sizes_max;
 }
 
+void InodeTable::NoteSizeShown(Inode& inode, uint64_t size) const {
+  const int64_t now = cache::WallClockNs();
+  MutexLock lock(mutex_);
+  inode.kernel_sizes_max = std::max(inode.kernel_sizes_max, size);
+  inode.kernel_attrs_dropped_at_ns = now;
+}
+
+bool InodeTable::MountChangedSince(const Inode& inode, Observation seen) const {
+  MutexLock lock(mutex_);
+  return Overlapped(inode, seen);
+}
+
 bool InodeTable::KernelAttrsDropped(const Inode& inode) const {
   MutexLock lock(mutex_);
   return inode.kernel_attrs == Inode::KernelAttrs::kDropped;

@@ -107,8 +107,8 @@ struct Inode {
   cache::SourceIdentity kernel_attr_id;  // with kOne
   bool kernel_attr_made = false;         // kernel_attr_id is a change by the mount
   int64_t kernel_attrs_dropped_at_ns = 0;  // wall clock of the last DropKernelAttrs
-  // The largest size a reply or a change by the mount gave the kernel since it last
-  // surely held one (kOne recorded): the kernel's size is no larger (MayShowSize).
+  // The largest size a reply, a store or a change by the mount gave the kernel since it
+  // last surely held one (kOne recorded): the kernel's size is no larger (MayShowSize).
   uint64_t kernel_sizes_max = 0;
   int64_t relookup_asked_at_ns = 0;  // wall clock of the last such ESTALE
 
@@ -282,16 +282,22 @@ class InodeTable {
   // changes the node, not the table.
   void DropKernelAttrs(Inode& inode) const;
   // Far longer than a request waits between the kernel's send and the daemon's reply,
-  // and short enough that a file changed a second ago is the only one read around the
-  // page cache for it (an open then finds the attributes dropped: direct I/O).
+  // and short enough that only files changed within a second are opened without trusting
+  // the kernel's size (such an open sets it: SourceFs::ShowSizeToKernel).
   static constexpr int64_t kDroppedReplyWindowNs = 1'000'000'000;
   // Whether storing `size` can make the kernel's size of `inode` exactly `size`: a store
   // only grows it, so no reply since the kernel last surely held a size may have told it
   // a larger one (a truncate underneath needs direct I/O instead).
   bool MayShowSize(const Inode& inode, uint64_t size) const;
+  // Records a store that set the kernel's size of `inode` to at least `size`: the kernel
+  // refused the replies to requests sent before it, as after a drop.
+  void NoteSizeShown(Inode& inode, uint64_t size) const;
+  // Whether a change by the mount (a write, a SETATTR) began or ended since `seen`.
+  bool MountChangedSince(const Inode& inode, Observation seen) const;
   // How long after an open answered ESTALE (to refresh the kernel's attributes) another
-  // open of the node reads with direct I/O instead (the kernel retries only once), and
-  // nothing drops the node's attributes (RelookupPending).
+  // open of the node asks no ESTALE (the kernel retries only once; it sets the size or
+  // reads with direct I/O instead), and only such opens drop the node's attributes
+  // (RelookupPending).
   static constexpr int64_t kRelookupWindowNs = 100'000'000;
   // Whether an open may answer ESTALE to have the kernel look `inode` up again: not if
   // it did so within the last kRelookupWindowNs (the kernel retries an open once; a file

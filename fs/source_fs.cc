@@ -671,10 +671,11 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
     // (no LOOKUP per open: entries of files have their timeout in "open" mode too), and
     // would read with that size. ESTALE makes it look the name up again (the VFS
     // retries an open once, with LOOKUP_REVAL) and open anew with fresh attributes.
-    // Dropped with no reply recorded since: the kernel's attributes are invalid already,
-    // and one stat'ed before this check may still arrive; direct I/O covers it, and an
-    // ESTALE here could be the second the kernel gets for one open (its retry found this
-    // node right after another opener's drop), which fails the open.
+    // Dropped with no reply trusted since: the kernel's attributes are invalid already,
+    // and one stat'ed before this check may still arrive; setting the size (or direct
+    // I/O) covers it, and an ESTALE here could be the second the kernel gets for one
+    // open (its retry found this node right after another opener's drop), which fails
+    // the open.
     const bool relookup =
         !inodes_.KernelAttrsDropped(**inode) && inodes_.MayAskRelookup(**inode);
     spdlog::debug("open of node {} (source inode {}, {} bytes, {}): the kernel's attributes "
@@ -757,11 +758,13 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   }
   if (match == InodeTable::CacheMatch::kChanged) cache_->Invalidate(id.dev, id.ino);
   if (show_size) {
-    // Pages left from before a change this open did not drop itself (a relookup's drop
-    // took the older ones, and a READ since read the file as it is).
+    // Pages of an older file that nothing dropped yet: a change found while a relookup's
+    // reply may be on its way (the drop above waits for it), or a drop owed since a
+    // writer had the file open. (Only relookup_pending: the relookup's drop took the
+    // older pages, and a READ since read the file as it is.)
     const bool pages_may_be_older =
-        !result.keep_cache && (match == InodeTable::CacheMatch::kRecent || owed_drop);
-    ShowSizeToKernel(**inode, fd, id, pages_may_be_older, *kernel, result);
+        !result.keep_cache && (match == InodeTable::CacheMatch::kChanged || owed_drop);
+    ShowSizeToKernel(**inode, fd, id, seen, pages_may_be_older, *kernel, result);
   }
   // Without keep_cache the kernel drops the file's pages at this open.
   if (!result.keep_cache) (*inode)->kernel_pages.Dropped();
@@ -1028,8 +1031,9 @@ void SourceFs::DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity&
 }
 
 void SourceFs::ShowSizeToKernel(Inode& node, const UniqueFd& fd, const cache::SourceIdentity& id,
-                                bool pages_may_be_older, Invalidator& kernel,
-                                OpenResult& result) {
+                                InodeTable::Observation seen, bool pages_may_be_older,
+                                Invalidator& kernel, OpenResult& result) {
+  if (id.size == 0) return;  // no size is smaller
   // The kernel's size may be smaller than this open's: it may hold an older one, or have
   // refused every reply that carried this one (InodeTable::DropKernelAttrs), and its
   // reads stop at its size. Direct I/O would read past it, but the kernel refuses a
@@ -1055,11 +1059,19 @@ void SourceFs::ShowSizeToKernel(Inode& node, const UniqueFd& fd, const cache::So
     open_direct_fallbacks_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  inodes_.NoteSizeShown(node, id.size);
   open_sizes_shown_.fetch_add(1, std::memory_order_relaxed);
+  if (inodes_.MountChangedSince(node, seen)) {
+    // A truncate by name through the mount (it takes no open_order) may have ended
+    // between this open's stat and the store, which then gave the kernel the larger
+    // size back. Its attributes go: the next use asks for the size, and the kernel cuts
+    // its pages to it.
+    inodes_.DropKernelAttrs(node);
+    kernel.InvalidateAttrs(node.nodeid);
+  }
 }
 
 Result<char> SourceFs::ReadLastByte(const Inode& node, const UniqueFd& fd, uint64_t size) {
-  if (size == 0) return '\0';  // nothing to store: no size is smaller
   UniqueFd reopened;
   int read_fd = fd.get();
   if (!fd) {
@@ -1069,7 +1081,10 @@ Result<char> SourceFs::ReadLastByte(const Inode& node, const UniqueFd& fd, uint6
     read_fd = reopened.get();
   }
   char byte = 0;
-  const ssize_t n = ::pread(read_fd, &byte, 1, static_cast<off_t>(size - 1));
+  ssize_t n;
+  do {
+    n = ::pread(read_fd, &byte, 1, static_cast<off_t>(size - 1));
+  } while (n < 0 && errno == EINTR);
   if (n < 0) return Errno("read the last byte");
   if (n == 0) return Status::Stale("shrunk since its stat");
   return byte;
@@ -1348,8 +1363,9 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
         relookups);
   visit(CounterInfo{"open_direct_fallbacks",
                     "Opens that could not trust the kernel's size of a file changed underneath "
-                    "and could not set it: read-only ones read with direct I/O (another "
-                    "handle writes the file), ones for writing drop what the kernel holds of it.",
+                    "and could not set it (it may have shrunk, another handle writes it, or its "
+                    "last byte could not be read): read-only ones read with direct I/O, ones "
+                    "for writing drop what the kernel holds of it.",
                     kCounter}
             .Show({.row = "source fds", .label = "direct I/O opens", .quiet = true}),
         direct_fallbacks);

@@ -293,7 +293,8 @@ class SourceFs {
   // after dropping the pages first if they may be of an older file; or, failing that,
   // has `result` read with direct I/O. `fd` is the open's source fd, if any.
   void ShowSizeToKernel(Inode& node, const UniqueFd& fd, const cache::SourceIdentity& id,
-                        bool pages_may_be_older, Invalidator& kernel, OpenResult& result);
+                        InodeTable::Observation seen, bool pages_may_be_older,
+                        Invalidator& kernel, OpenResult& result);
   // The byte at `size` - 1 of `node`'s file, read through `fd` or a reopen of the node.
   Result<char> ReadLastByte(const Inode& node, const UniqueFd& fd, uint64_t size);
   // "open" mode's drop before a reply with attributes (CheckKernelCache).

@@ -22,6 +22,7 @@
 #include <random>
 #include <thread>
 
+#include "base/unique_fd.h"
 #include "tests/mount_fixture.h"
 
 namespace epochfs::testing {
@@ -858,7 +859,8 @@ TEST_F(GlusterSourceTest, ChangesUnderneathAreSeenByTheNextOpen) {
   // The next open finds the name gone (an open checks it). A stat may answer from the
   // kernel's entry and attributes (they were just read) until the watcher's drop of the
   // name lands.
-  EXPECT_LT(::open((mnt_ / "f").c_str(), O_RDONLY | O_CLOEXEC), 0);
+  const UniqueFd gone(::open((mnt_ / "f").c_str(), O_RDONLY | O_CLOEXEC));
+  EXPECT_FALSE(gone);
   EXPECT_EQ(errno, ENOENT);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (fsys::exists(mnt_ / "f") && std::chrono::steady_clock::now() < deadline) {
