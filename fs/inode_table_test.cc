@@ -141,7 +141,7 @@ TEST(InodeTable, AReplyRecordedSoonAfterADropIsNotTrusted) {
   table.DropKernelAttrs(*a);  // an open found the change
   table.NoteKernelAttrs(*a, written, InodeTable::Observe(*a));  // a GETATTR sent before it
   EXPECT_FALSE(table.KernelAttrsShow(*a, written, InodeTable::Observe(*a)));
-  EXPECT_TRUE(table.KernelAttrsDropped(*a));  // an open reads with direct I/O
+  EXPECT_TRUE(table.KernelAttrsDropped(*a));  // an open sets the size, or reads around it
   // A LOOKUP's reply, recorded by Remember, is no more trusted.
   ASSERT_EQ(table.Remember(table.root(), "a", FileStat(5456, 11), UniqueFd()).get(), a.get());
   EXPECT_FALSE(table.KernelAttrsShow(*a, written, InodeTable::Observe(*a)));
