@@ -82,6 +82,8 @@ class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mu) ACQUIRE(mu) : lock_(mu.mu_) {}
   explicit MutexLock(Mutex* mu) ACQUIRE(mu) : lock_(mu->mu_) {}
+  // Takes over a lock already held (Mutex::TryLock succeeded).
+  MutexLock(Mutex& mu, std::adopt_lock_t) REQUIRES(mu) : lock_(mu.mu_, std::adopt_lock) {}
   ~MutexLock() RELEASE() = default;
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;

@@ -515,6 +515,9 @@ Status Daemon::BuildSession() {
   core_ = std::make_unique<fs::Filesystem>(*fs_, *control_, core_options);
   ctx_.fs = core_.get();
   ctx_.readdirplus_always = kernel_cache_->pushing();
+  // A few nodes' waits at once; more queue in order.
+  waiting_room_ = std::make_unique<fs::WaitingRoom>(4);
+  ctx_.waiting_room = waiting_room_.get();
   // The watcher and the invalidator need the session, which needs the core: the one
   // link made after construction (Filesystem::AttachKernel).
   core_->AttachKernel(watcher_.get(), invalidator_.get());

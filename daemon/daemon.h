@@ -190,6 +190,10 @@ class Daemon {
   ShutdownStep detach_kernel_;
   // Pushing stops (and a push in flight ends) before the session and the inode table go.
   ShutdownStep stop_kernel_cache_;
+  // Requests that wait for a node's open_order, off the FUSE workers (fs/waiting_room.h).
+  // Joined right after the connection ended (a request there may wait for a READ that
+  // only an ended connection fails), and before what its requests use goes.
+  std::unique_ptr<fs::WaitingRoom> waiting_room_;
   // The connection ends first: a push or a drop may be opening a file through the mount
   // (fs/write_fence.h), waiting for a LOOKUP that no worker answers once the loop has
   // stopped (a signal); closing the connection fails that request, and the push ends.

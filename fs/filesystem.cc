@@ -90,14 +90,14 @@ void Filesystem::Forget(uint64_t nodeid, uint64_t nlookup) {
   if (!ControlDir::IsControl(nodeid)) source_.Forget(nodeid, nlookup);
 }
 
-Result<AttrReply> Filesystem::GetAttr(uint64_t nodeid, FileHandle* fh) {
+Result<AttrReply> Filesystem::GetAttr(uint64_t nodeid, FileHandle* fh, OrderWait wait) {
   if (ControlDir::IsControl(nodeid)) return AttrReply{control_.Attr(nodeid), 0};
   // Without a handle: in "open" mode by name (a name now meaning another file answers
   // ESTALE, and the kernel looks it up again); in "notify" mode the node's own inode
   // (the watcher keeps names current, and an fstat of an unlinked open file works).
-  auto st = fh                             ? source_.GetAttr(nodeid, fh)
-            : options_.kernel_asks_to_open ? source_.GetAttr(nodeid, nullptr)
-                                           : source_.GetAttrByNode(nodeid);
+  auto st = fh                             ? source_.GetAttr(nodeid, fh, wait)
+            : options_.kernel_asks_to_open ? source_.GetAttr(nodeid, nullptr, wait)
+                                           : source_.GetAttrByNode(nodeid, wait);
   if (!st.ok()) return st.status();
   return AttrReply{*st, options_.timeouts.attr_s};
 }
@@ -167,7 +167,7 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
 // ---- files ----
 
-Result<OpenReply> Filesystem::Open(uint64_t nodeid, int flags) {
+Result<OpenReply> Filesystem::Open(uint64_t nodeid, int flags, OrderWait wait) {
   OpenReply reply;
   if (!options_.kernel_asks_to_open) {
     // "notify" mode: from now on the kernel opens every file by itself.
@@ -188,7 +188,7 @@ Result<OpenReply> Filesystem::Open(uint64_t nodeid, int flags) {
     reply.direct_io = true;
     return reply;
   }
-  auto open = source_.Open(nodeid, flags);
+  auto open = source_.Open(nodeid, flags, wait);
   if (!open.ok()) return open.status();
   reply.handle = std::move(open->handle);
   reply.keep_cache = open->keep_cache;
@@ -244,10 +244,15 @@ Status Filesystem::Fsync(uint64_t nodeid, FileHandle* fh, bool datasync) {
   return fh ? source_.Fsync(*fh, datasync) : source_.FsyncNode(nodeid, datasync);
 }
 
-void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
+Status Filesystem::Release(std::unique_ptr<FileHandle> fh, OrderWait wait) {
   // Null when the kernel opened the file alone ("notify" mode), or for a control file:
   // nothing to free. Otherwise the handle closes here.
-  source_.Release(std::move(fh));
+  return source_.Release(std::move(fh), wait);
+}
+
+Status Filesystem::DropOwedPages(uint64_t nodeid) {
+  if (ControlDir::IsControl(nodeid)) return Status::Ok();
+  return source_.DropOwedPages(nodeid);
 }
 
 // ---- directories ----

@@ -100,8 +100,9 @@ class Filesystem {
   // ---- names and attributes ----
   Result<EntryReply> Lookup(uint64_t parent, const std::string& name);
   void Forget(uint64_t nodeid, uint64_t nlookup);
-  // `fh` is the open file the request came through, if any.
-  Result<AttrReply> GetAttr(uint64_t nodeid, FileHandle* fh);
+  // `fh` is the open file the request came through, if any. `wait`: whether the call may
+  // wait for the node's open_order (fs/inode_table.h, OrderWait; kBusy if it may not).
+  Result<AttrReply> GetAttr(uint64_t nodeid, FileHandle* fh, OrderWait wait = OrderWait::kWait);
   Result<AttrReply> SetAttr(uint64_t nodeid, const struct ::stat& attr, SourceFs::AttrChange what,
                             FileHandle* fh, Caller caller);
   Result<std::string> ReadLink(uint64_t nodeid);
@@ -117,7 +118,7 @@ class Filesystem {
                 const std::string& new_name, unsigned int flags);
 
   // ---- files ----
-  Result<OpenReply> Open(uint64_t nodeid, int flags);
+  Result<OpenReply> Open(uint64_t nodeid, int flags, OrderWait wait = OrderWait::kWait);
   Result<CreateReply> Create(uint64_t parent, const std::string& name, mode_t mode, int flags,
                              Caller caller);
   // The bytes stay alive as long as the buffer (its owner) does.
@@ -126,8 +127,11 @@ class Filesystem {
   Result<size_t> Write(uint64_t nodeid, FileHandle* fh, std::string_view data, uint64_t offset,
                        Caller caller, bool append = false);
   Status Fsync(uint64_t nodeid, FileHandle* fh, bool datasync);
-  // Takes back what Open or Create handed out (null: nothing was).
-  void Release(std::unique_ptr<FileHandle> fh);
+  // Takes back what Open or Create handed out (null: nothing was). kBusy: a drop of the
+  // node's pages is still owed (`wait` refused to wait for its open_order): make it with
+  // DropOwedPages where waiting is allowed.
+  Status Release(std::unique_ptr<FileHandle> fh, OrderWait wait = OrderWait::kWait);
+  Status DropOwedPages(uint64_t nodeid);
 
   // ---- directories ----
   // Null for the control directory, which is listed from the ControlDir itself.

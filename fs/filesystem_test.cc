@@ -221,11 +221,11 @@ TEST_F(FilesystemTest, NoOpenDropsThePagesOfAFileOpenForWriting) {
   EXPECT_TRUE(kernel_.inodes.empty());
 
   // The drop waits for the last writer's release.
-  core->Release(std::move(writer->handle));
+  EXPECT_TRUE(core->Release(std::move(writer->handle)).ok());
   EXPECT_TRUE(kernel_.inodes.empty());
-  core->Release(std::move(second->handle));
+  EXPECT_TRUE(core->Release(std::move(second->handle)).ok());
   EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
-  core->Release(std::move(reader->handle));
+  EXPECT_TRUE(core->Release(std::move(reader->handle)).ok());
   ASSERT_TRUE(core->Lookup(kRootNodeId, "file.txt").ok());
   auto after = core->Open(file->nodeid, O_RDONLY);
   ASSERT_TRUE(after.ok()) << after.status().ToString();
@@ -271,9 +271,9 @@ TEST_F(FilesystemTest, AGetattrThatFindsANewSizeDropsTheKernelsPagesFirst) {
   dir_.Write("src/file.txt", "HELLO, and more still");
   ASSERT_TRUE(core->GetAttr(file->nodeid, reader->handle.get()).ok());
   EXPECT_TRUE(kernel_.inodes.empty()) << "a drop while a writer has the file open";
-  core->Release(std::move(writer->handle));
+  EXPECT_TRUE(core->Release(std::move(writer->handle)).ok());
   EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid}) << "paid at its release";
-  core->Release(std::move(reader->handle));
+  EXPECT_TRUE(core->Release(std::move(reader->handle)).ok());
 }
 
 TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {
@@ -308,7 +308,7 @@ TEST_F(FilesystemTest, NotifyModeCreateLeavesNoHandleAndTheFileIsWrittenByNode) 
                                Caller{});
     ASSERT_TRUE(written.ok()) << written.status().ToString();
     EXPECT_EQ(*written, 5u);
-    core->Release(std::move(created->handle));
+    EXPECT_TRUE(core->Release(std::move(created->handle)).ok());
     EXPECT_EQ(source_->handle_fds().open(), 0u);
     EXPECT_EQ(testing::ReadFile(dir_ / "src" / name), "fresh");
   }
@@ -324,7 +324,7 @@ TEST_F(FilesystemTest, ControlFilesOpenWithDirectIoAndNoHandle) {
   EXPECT_EQ(Errno(core->Open(kStats, O_WRONLY).status()), EACCES);
   EXPECT_TRUE(core->Open(kPlan, O_WRONLY).ok());
   EXPECT_EQ(Errno(core->Open(ControlDir::kDirNodeId, O_RDONLY).status()), EISDIR);
-  core->Release(nullptr);  // what RELEASE of a control file hands back
+  EXPECT_TRUE(core->Release(nullptr).ok());  // what RELEASE of a control file hands back
 
   auto file = core->Lookup(kRootNodeId, "file.txt");
   ASSERT_TRUE(file.ok());
@@ -335,7 +335,7 @@ TEST_F(FilesystemTest, ControlFilesOpenWithDirectIoAndNoHandle) {
   auto data = core->Read(file->nodeid, open->handle.get(), 1, 100);
   ASSERT_TRUE(data.ok());
   EXPECT_EQ(std::string(data->data, data->size), "ello");
-  core->Release(std::move(open->handle));
+  EXPECT_TRUE(core->Release(std::move(open->handle)).ok());
 }
 
 TEST_F(FilesystemTest, ControlReadsArePaddedSnapshotsAndWritesGoToTheWriter) {

@@ -1,6 +1,8 @@
 #include "fs/fuse_ops.h"
 
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/thread_name.h"
@@ -73,6 +75,27 @@ void ReplyAttr(fuse_req_t req, const Result<AttrReply>& attr) {
   fuse_reply_attr(req, &attr->attr, attr->timeout);
 }
 
+// Calls made with OrderWait::kNoWait answer kBusy when the node's open_order is held.
+bool OrderWasHeld(const Status& status) { return status.code() == Code::kBusy; }
+
+// Makes such a call again where waiting is allowed (fs/waiting_room.h; without a
+// waiting room, here), and replies from there: `retry` must not use the request's
+// arguments, which live only as long as this callback.
+void RetryInWaitingRoom(FuseContext& ctx, std::function<void()> retry) {
+  ctx.counters.CountWaited();
+  if (ctx.waiting_room == nullptr) return retry();
+  ctx.waiting_room->Run(std::move(retry));
+}
+
+// Takes back a handle: at RELEASE, or when an open's reply found the opener gone. A
+// drop of the node's pages it leaves owed (its open_order held) is made from the
+// waiting room.
+void ReleaseHandle(FuseContext& ctx, uint64_t nodeid, std::unique_ptr<FileHandle> handle) {
+  if (!OrderWasHeld(ctx.fs->Release(std::move(handle), OrderWait::kNoWait))) return;
+  Filesystem* const fs = ctx.fs;
+  RetryInWaitingRoom(ctx, [fs, nodeid] { (void)fs->DropOwedPages(nodeid); });
+}
+
 // ---- names and attributes ----
 
 void DoLookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
@@ -91,7 +114,14 @@ void DoForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forget
 }
 
 void DoGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
-  ReplyAttr(req, Counted(req, RequestKind::k_getattr).GetAttr(ino, HandleOf(fi)));
+  FileHandle* const fh = HandleOf(fi);  // held by the kernel's file until this is answered
+  auto attr = Counted(req, RequestKind::k_getattr).GetAttr(ino, fh, OrderWait::kNoWait);
+  if (OrderWasHeld(attr.status())) {
+    return RetryInWaitingRoom(Ctx(req), [req, ino, fh] {
+      ReplyAttr(req, Ctx(req).fs->GetAttr(ino, fh, OrderWait::kWait));
+    });
+  }
+  ReplyAttr(req, attr);
 }
 
 void DoSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
@@ -152,8 +182,8 @@ void DoRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 // ---- files ----
 
-void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
-  auto open = Counted(req, RequestKind::k_open).Open(ino, fi->flags);
+void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
+               Result<OpenReply> open) {
   if (!open.ok() && open.status().code() == Code::kStale) {
     // "Look the name up again" ("open" mode, a file changed underneath): an everyday
     // answer, counted as open_relookups, not among the errors of a healthy mount.
@@ -168,13 +198,24 @@ void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept 
   fi->direct_io = open->direct_io;
   fi->keep_cache = open->keep_cache;
   fi->fh = reinterpret_cast<uint64_t>(open->handle.get());
+  FuseContext& ctx = Ctx(req);  // the request is gone once replied to
   if (fuse_reply_open(req, fi) == 0) {
     open->handle.release();  // owned by the kernel's file now; freed in release
   } else {
     // The opener is gone (interrupted): released as the kernel would have, so that a
     // drop owed to the last writer (SourceFs::Release) is paid.
-    Ctx(req).fs->Release(std::move(open->handle));
+    ReleaseHandle(ctx, ino, std::move(open->handle));
   }
+}
+
+void DoOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
+  auto open = Counted(req, RequestKind::k_open).Open(ino, fi->flags, OrderWait::kNoWait);
+  if (OrderWasHeld(open.status())) {
+    return RetryInWaitingRoom(Ctx(req), [req, ino, info = *fi]() mutable {
+      ReplyOpen(req, ino, &info, Ctx(req).fs->Open(ino, info.flags, OrderWait::kWait));
+    });
+  }
+  ReplyOpen(req, ino, fi, std::move(open));
 }
 
 void DoCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
@@ -184,10 +225,11 @@ void DoCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (!created.ok()) return ReplyError(req, created.status());
   const struct fuse_entry_param e = EntryParam(created->entry);
   fi->fh = reinterpret_cast<uint64_t>(created->handle.get());
+  FuseContext& ctx = Ctx(req);  // the request is gone once replied to
   if (fuse_reply_create(req, &e, fi) == 0) {
     created->handle.release();
   } else {
-    fs.Release(std::move(created->handle));
+    ReleaseHandle(ctx, created->entry.nodeid, std::move(created->handle));
     fs.Forget(created->entry.nodeid, 1);  // the kernel never got the entry
   }
 }
@@ -217,7 +259,8 @@ void DoWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
 }
 
 void DoRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) noexcept {
-  Counted(req, RequestKind::k_release).Release(std::unique_ptr<FileHandle>(HandleOf(fi)));
+  (void)Counted(req, RequestKind::k_release);
+  ReleaseHandle(Ctx(req), ino, std::unique_ptr<FileHandle>(HandleOf(fi)));
   fuse_reply_err(req, 0);
 }
 
@@ -474,6 +517,12 @@ void RequestCounters::VisitCounters(const CounterVisitor& visit) const {
                     CounterKind::kCounter, "epochfs_request_errors_total"}
             .Show({.row = "requests", .label = "errors", .top = true}),
         errors());
+  visit(CounterInfo{"requests_waited",
+                    "FUSE requests made again from the waiting room: a node's open_order was "
+                    "held, which a FUSE worker never waits for.",
+                    CounterKind::kCounter}
+            .Show({.row = "requests", .label = "waited", .quiet = true}),
+        waited());
 }
 
 }  // namespace epochfs::fs

@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "fs/change_watcher.h"
 #include "fs/filesystem.h"
+#include "fs/waiting_room.h"
 
 namespace epochfs::fs {
 
@@ -48,10 +49,12 @@ class RequestCounters {
     counts_[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
   }
   void CountError() { errors_.fetch_add(1, std::memory_order_relaxed); }
+  void CountWaited() { waited_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t count(RequestKind kind) const {
     return counts_[static_cast<size_t>(kind)].load(std::memory_order_relaxed);
   }
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
+  uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }
 
   // One counter per kind ("requests/lookup"), then the errors (base/counters.h).
   void VisitCounters(const CounterVisitor& visit) const;
@@ -59,6 +62,7 @@ class RequestCounters {
  private:
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RequestKind::kCount)> counts_{};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> waited_{0};
 };
 
 // What every callback reaches through fuse_req_userdata().
@@ -69,6 +73,8 @@ struct FuseContext {
   // (libfuse's default READDIRPLUS_AUTO): a listed file's inode is then in the kernel
   // before its first open, so readahead can push its bytes (kernel_cache/page_cache_pusher.h).
   bool readdirplus_always = false;  // set before mounting
+  // Where requests that must wait for a node's open_order are made (null: on the worker).
+  WaitingRoom* waiting_room = nullptr;  // set before mounting
 };
 
 // Invalidates the kernel's caches through the session (for the ChangeWatcher), and

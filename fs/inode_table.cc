@@ -9,6 +9,12 @@
 
 namespace epochfs::fs {
 
+bool TakeOpenOrder(Inode& node, OrderWait wait) {
+  if (wait == OrderWait::kNoWait) return node.open_order.TryLock();
+  node.open_order.Lock();
+  return true;
+}
+
 namespace {
 // Records `id` as the state of the file the kernel's pages of `inode` are of, at `now`
 // (wall clock); `made`: a change the mount made itself. Under the table's mutex.

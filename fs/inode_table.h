@@ -49,6 +49,14 @@ struct KernelPagesRecord {
   }
 };
 
+// Whether a caller may wait for a node's open_order. A FUSE worker may not (kNoWait):
+// the holder may be dropping or storing the node's pages, which waits for any page a
+// READ in flight holds locked, and only a free worker answers that READ. A call made
+// with kNoWait that finds the lock held returns kBusy, and the request is made again
+// from the waiting room (fs/waiting_room.h), whose threads may wait.
+enum class OrderWait { kWait, kNoWait };
+
+
 struct Inode {
   uint64_t nodeid = 0;
   uint64_t dev = 0;
@@ -67,7 +75,8 @@ struct Inode {
   std::atomic<int> changes_in_flight{0};
   std::atomic<uint64_t> changes_made{0};
   // Held by an open while it compares the file's identity with the kernel's pages and
-  // drops them ("open" mode).
+  // drops them ("open" mode), and by whoever else drops or stores them. A FUSE worker
+  // never waits for it (OrderWait).
   Mutex open_order;
   // The kernel's pages may not be the file's, and could not be dropped then because the
   // file was open for writing through the mount (SourceFs::OpenChecked, an append that
@@ -131,6 +140,9 @@ struct Inode {
   // refused, the writer's appends would go where the kernel believes the file ends.
   std::atomic<bool> maybe_open_for_writing{false};
 };
+
+// Takes `node`'s open_order; with kNoWait only if no one holds it (false: not taken).
+bool TakeOpenOrder(Inode& node, OrderWait wait) TRY_ACQUIRE(true, node.open_order);
 
 // Where a non-directory lives: a parent directory fd (kept open by `parent`) and a name.
 struct Location {

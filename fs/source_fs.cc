@@ -245,7 +245,8 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   auto inode = inodes_.Remember(parent, name, *st, std::move(*fd),
                                 KnownByAnotherDeadName(*parent, name, *st));
   if (known && inode == known) {
-    CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes);
+    CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes,
+                     watcher_.load());
   }
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);
@@ -287,7 +288,8 @@ std::optional<Entry> SourceFs::LookupKnownFile(const std::shared_ptr<Inode>& par
     return std::nullopt;
   }
   if (check) {
-    CheckKernelCache(*known, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes);
+    CheckKernelCache(*known, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes,
+                     watcher);
   }
   return Entry{known->nodeid, *st};
 }
@@ -338,7 +340,7 @@ void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
   if (watcher) watcher->Watch(*inodes_.root());
 }
 
-Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
+Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh, OrderWait wait) {
   std::shared_ptr<Inode> inode;
   if (fh) {
     inode = fh->inode();
@@ -347,18 +349,42 @@ Result<struct ::stat> SourceFs::GetAttr(uint64_t nodeid, FileHandle* fh) {
     if (!found.ok()) return found.status();
     inode = std::move(*found);
   }
-  const auto seen = InodeTable::Observe(*inode);
-  auto st = StatForReply(*inode, fh);
+  return StatForKernel(*inode, wait, [&] { return StatForReply(*inode, fh); });
+}
+
+Result<struct ::stat> SourceFs::StatForKernel(
+    Inode& inode, OrderWait wait, const std::function<Result<struct ::stat>()>& stat) {
+  ChangeWatcher* const watcher = watcher_.load();
+  if (inode.is_dir || (watcher != nullptr && watcher->follows_contents())) {
+    return StatAndCheck(inode, stat, watcher);
+  }
+  // "open" mode: a reply that finds the file grown drops the kernel's pages, deciding
+  // under the node's open_order as an open does (DropChangedBeforeReply); taken before
+  // the stat, so that no reply is recorded for a request handed to the waiting room.
+  if (!TakeOpenOrder(inode, wait)) return OrderHeld(inode);
+  MutexLock order(inode.open_order, std::adopt_lock);
+  return StatAndCheck(inode, stat, watcher);
+}
+
+Result<struct ::stat> SourceFs::StatAndCheck(Inode& inode,
+                                             const std::function<Result<struct ::stat>()>& stat,
+                                             ChangeWatcher* watcher) {
+  const auto seen = InodeTable::Observe(inode);
+  auto st = stat();
   // The reply's attributes may be the ones the kernel keeps (InodeTable::KernelAttrsShow).
-  if (st.ok() && !inode->is_dir) {
+  if (st.ok() && !inode.is_dir) {
     const auto id = cache::SourceIdentity::FromStat(*st);
-    inodes_.NoteKernelAttrs(*inode, id, seen);
+    inodes_.NoteKernelAttrs(inode, id, seen);
     // A reader that keeps the file open (`tail -f`) learns a size changed underneath
     // here, at its first read past the end once the attributes expired, with no open
     // in between that would check the kernel's pages.
-    CheckKernelCache(*inode, id, seen, Reply::kAttributes);
+    CheckKernelCache(inode, id, seen, Reply::kAttributes, watcher);
   }
   return st;
+}
+
+Status SourceFs::OrderHeld(const Inode& inode) {
+  return Status::Busy(fmt::format("node {}: another thread holds its open_order", inode.nodeid));
 }
 
 Result<struct ::stat> SourceFs::StatForReply(const Inode& inode, FileHandle* fh) {
@@ -620,18 +646,18 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::CheckNode(const Ino
   return std::make_pair(UniqueFd(), cache::SourceIdentity::FromStat(*st));
 }
 
-Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags) {
+Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags, OrderWait wait) {
   const bool read_only = (flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC);
   SourceObserver* observer = read_only ? observer_.load() : nullptr;
   if (observer != nullptr) {
     if (auto inode = FindInode(nodeid); inode.ok()) observer->BeforeReadOnlyOpen(**inode);
   }
-  Result<OpenResult> opened = OpenChecked(nodeid, flags);
+  Result<OpenResult> opened = OpenChecked(nodeid, flags, wait);
   if (opened.ok() && observer != nullptr) observer->ReadOnlyOpened(*opened->handle->inode());
   return opened;
 }
 
-Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
+Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags, OrderWait wait) {
   const int access = flags & O_ACCMODE;
   if (access != O_RDONLY || (flags & O_TRUNC)) {
     EPOCHFS_RETURN_IF_ERROR(RefuseIfReadOnly("open for writing"));
@@ -640,7 +666,8 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags) {
   if (!inode.ok()) return inode.status();
   // Concurrent opens of one file decide about the kernel's pages one at a time: the
   // open that finds the file changed drops them before another open may keep them.
-  MutexLock order((*inode)->open_order);
+  if (!TakeOpenOrder(**inode, wait)) return OrderHeld(**inode);
+  MutexLock order((*inode)->open_order, std::adopt_lock);
   const auto seen = InodeTable::Observe(**inode);
   // Close-to-open needs the file's identity now, not an fd: a read-only open of a file
   // the kernel has read before (a warm epoch: no READ will come) only stats the name,
@@ -877,21 +904,34 @@ Result<size_t> SourceFs::Write(FileHandle& fh, const char* data, size_t size, ui
   return WriteFd(fd->get(), fh.appends(), *fh.inode(), &fh, data, size, offset, append);
 }
 
-void SourceFs::Release(std::unique_ptr<FileHandle> fh) {
-  if (!fh) return;
+Status SourceFs::Release(std::unique_ptr<FileHandle> fh, OrderWait wait) {
+  if (!fh) return Status::Ok();
   const std::shared_ptr<Inode> node = fh->inode();
   const bool wrote = fh->may_write();
   fh.reset();
-  if (!wrote) return;
-  // Every write() through that handle has returned: no write of it is in flight.
-  MutexLock order(node->open_order);
-  if (!node->pages_drop_owed.load() || node->open_for_writing.load() > 0) return;
-  node->pages_drop_owed = false;
+  if (!wrote) return Status::Ok();
+  return DropOwedPages(*node, wait);
+}
+
+Status SourceFs::DropOwedPages(uint64_t nodeid) {
+  auto node = FindInode(nodeid);
+  if (!node.ok()) return Status::Ok();  // forgotten: the kernel's pages went with it
+  return DropOwedPages(**node, OrderWait::kWait);
+}
+
+Status SourceFs::DropOwedPages(Inode& node, OrderWait wait) {
+  if (!node.pages_drop_owed.load()) return Status::Ok();
+  // Every write() through the released handle has returned: no write of it is in flight.
+  if (!TakeOpenOrder(node, wait)) return OrderHeld(node);
+  MutexLock order(node.open_order, std::adopt_lock);
+  if (!node.pages_drop_owed.load() || node.open_for_writing.load() > 0) return Status::Ok();
+  node.pages_drop_owed = false;
   if (Invalidator* kernel = kernel_.load()) {
     spdlog::debug("node {}: dropping the kernel's pages an open found older, now that no "
-                  "handle writes it", node->nodeid);
-    DropAttrsAndPages(*node, *kernel);
+                  "handle writes it", node.nodeid);
+    DropAttrsAndPages(node, *kernel);
   }
+  return Status::Ok();
 }
 
 Result<size_t> SourceFs::WriteFd(int fd, bool fd_appends, Inode& node, FileHandle* fh,
@@ -957,24 +997,23 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
   return std::make_pair(std::move(fd), cache::SourceIdentity::FromStat(*st));
 }
 
-Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid) {
-  auto inode = FindInode(nodeid);
-  if (!inode.ok()) return inode.status();
-  const auto seen = InodeTable::Observe(**inode);
-  auto st = (*inode)->path_fd ? StatFd((*inode)->path_fd.get()) : StatForReply(**inode, nullptr);
-  if (st.ok() && !(*inode)->is_dir) {
-    const auto id = cache::SourceIdentity::FromStat(*st);
-    inodes_.NoteKernelAttrs(**inode, id, seen);
-    CheckKernelCache(**inode, id, seen, Reply::kAttributes);
-  }
-  return st;
+Result<struct ::stat> SourceFs::GetAttrByNode(uint64_t nodeid, OrderWait wait) {
+  auto found = FindInode(nodeid);
+  if (!found.ok()) return found.status();
+  Inode& inode = **found;
+  return StatForKernel(inode, wait, [&] {
+    return inode.path_fd ? StatFd(inode.path_fd.get()) : StatForReply(inode, nullptr);
+  });
 }
 
 void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
-                                InodeTable::Observation seen, Reply reply) {
-  ChangeWatcher* watcher = watcher_.load();
+                                InodeTable::Observation seen, Reply reply,
+                                ChangeWatcher* watcher) {
   if (watcher == nullptr || !watcher->follows_contents()) {  // "open" mode
-    if (reply == Reply::kAttributes) DropChangedBeforeReply(inode, id, seen);
+    if (reply == Reply::kAttributes) {
+      inode.open_order.AssertHeld();  // StatForKernel
+      DropChangedBeforeReply(inode, id, seen);
+    }
     return;
   }
   // A change recorded counts as a drop asked of the watcher, in the same step, so that a
@@ -1011,9 +1050,9 @@ void SourceFs::CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
 
 void SourceFs::DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity& id,
                                       InodeTable::Observation seen) {
-  // As an open decides (OpenChecked), under the same lock: no handle for writing can
-  // appear meanwhile, and none may be open while the pages go (the write fence).
-  MutexLock order(inode.open_order);
+  // As an open decides (OpenChecked), under the same lock (StatForKernel took it): no
+  // handle for writing can appear meanwhile, and none may be open while the pages go
+  // (the write fence).
   if (!inodes_.SwapKernelCacheSize(inode, id, seen)) return;
   spdlog::debug("node {} (source inode {}) grew underneath while open: size now {}",
                 inode.nodeid, inode.ino, id.size);
@@ -1129,7 +1168,7 @@ Result<cache::ReadBuffer> SourceFs::ReadNode(uint64_t nodeid, uint64_t offset, s
   auto data = ReadToCurrentEnd(file, stat_fd, offset, size);
   if (data.ok()) {
     if (data->size < size) inodes_.NoteKernelAttrs(**inode, file.id, seen);  // the file's end
-    CheckKernelCache(**inode, file.id, seen, Reply::kData);
+    CheckKernelCache(**inode, file.id, seen, Reply::kData, watcher_.load());
     if (SourceObserver* observer = observer_.load()) {
       observer->ReadAnswered(**inode, offset, data->size, file.id);
     }

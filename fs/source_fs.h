@@ -98,8 +98,10 @@ class SourceFs {
 
   Result<Entry> Lookup(uint64_t parent, const std::string& name);
   void Forget(uint64_t nodeid, uint64_t nlookup);
-  // `fh` is the open file the request came through, if any.
-  Result<struct ::stat> GetAttr(uint64_t nodeid, FileHandle* fh);
+  // `fh` is the open file the request came through, if any. "open" mode takes the node's
+  // open_order: with OrderWait::kNoWait, kBusy if another thread holds it.
+  Result<struct ::stat> GetAttr(uint64_t nodeid, FileHandle* fh,
+                                OrderWait wait = OrderWait::kWait);
 
   // `to_set` uses the FUSE_SET_ATTR_* bit values, decoded by the caller into these flags.
   struct AttrChange {
@@ -125,8 +127,9 @@ class SourceFs {
                 const std::string& new_name, unsigned int flags);
 
   // With ReportOpensAsAccesses, a read-only open is reported to the prefetcher as the
-  // file's access (after the node's open_order lock is let go).
-  Result<OpenResult> Open(uint64_t nodeid, int flags);
+  // file's access (after the node's open_order lock is let go). With OrderWait::kNoWait,
+  // kBusy if another thread holds that lock (nothing was decided; open again).
+  Result<OpenResult> Open(uint64_t nodeid, int flags, OrderWait wait = OrderWait::kWait);
   Result<std::pair<Entry, OpenResult>> Create(uint64_t parent, const std::string& name,
                                               mode_t mode, int flags, Caller caller);
   Result<cache::ReadBuffer> Read(FileHandle& fh, uint64_t offset, size_t size);
@@ -135,15 +138,18 @@ class SourceFs {
   Result<size_t> Write(FileHandle& fh, const char* data, size_t size, uint64_t offset,
                        bool append = false);
   // Closes `fh`; the last handle for writing of a file drops the kernel's pages an open
-  // could not drop while it was open for writing (OpenChecked).
-  void Release(std::unique_ptr<FileHandle> fh);
+  // could not drop while it was open for writing (OpenChecked). With OrderWait::kNoWait
+  // that drop may be left owed (kBusy: the node's open_order is held): DropOwedPages
+  // then makes it where waiting is allowed.
+  Status Release(std::unique_ptr<FileHandle> fh, OrderWait wait = OrderWait::kWait);
+  Status DropOwedPages(uint64_t nodeid);
   Status Fsync(FileHandle& fh, bool datasync);
 
   // The same for requests that come without a file handle: in the "notify" consistency
   // mode the kernel opens files without asking, and each request reopens the node's own
   // source inode through its O_PATH fd (a cheap syscall next to the IO of a miss). So a
   // file unlinked or renamed over while a reader has it open is still that file.
-  Result<struct ::stat> GetAttrByNode(uint64_t nodeid);
+  Result<struct ::stat> GetAttrByNode(uint64_t nodeid, OrderWait wait = OrderWait::kWait);
   Result<cache::ReadBuffer> ReadNode(uint64_t nodeid, uint64_t offset, size_t size);
   Result<size_t> WriteNode(uint64_t nodeid, const char* data, size_t size, uint64_t offset,
                            bool append = false);
@@ -231,7 +237,17 @@ class SourceFs {
   SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOptions options,
            cache::Cache& cache, prefetch::Prefetcher* prefetcher);
   // Open's work, under the node's open_order lock.
-  Result<OpenResult> OpenChecked(uint64_t nodeid, int flags);
+  Result<OpenResult> OpenChecked(uint64_t nodeid, int flags, OrderWait wait);
+  // What a call made with OrderWait::kNoWait returns when the node's open_order is held.
+  static Status OrderHeld(const Inode& inode);
+  // A reply's attributes of `inode` by `stat`, recorded as the kernel's and checked
+  // against its pages; in "open" mode under the node's open_order.
+  Result<struct ::stat> StatForKernel(Inode& inode, OrderWait wait,
+                                      const std::function<Result<struct ::stat>()>& stat);
+  Result<struct ::stat> StatAndCheck(Inode& inode,
+                                     const std::function<Result<struct ::stat>()>& stat,
+                                     ChangeWatcher* watcher);
+  Status DropOwedPages(Inode& node, OrderWait wait);
 
   Result<std::shared_ptr<Inode>> FindInode(uint64_t nodeid) const;
   Result<std::shared_ptr<Inode>> FindDir(uint64_t nodeid) const;
@@ -283,8 +299,10 @@ class SourceFs {
   // are checked by the open); "notify" mode has the watcher drop them, and until then
   // makes the kernel refuse such a reply's larger size. kData: a READ.
   enum class Reply { kAttributes, kData };
+  // `watcher`: the one attached when the request began (null: "open" mode, as one not
+  // following contents); "open" mode's kAttributes needs the node's open_order held.
   void CheckKernelCache(Inode& inode, const cache::SourceIdentity& id,
-                        InodeTable::Observation seen, Reply reply);
+                        InodeTable::Observation seen, Reply reply, ChangeWatcher* watcher);
   // Drops the kernel's attributes and pages of `node` through `kernel`, recording the
   // attributes' drop first (InodeTable::DropKernelAttrs).
   void DropAttrsAndPages(Inode& node, Invalidator& kernel);
@@ -299,7 +317,7 @@ class SourceFs {
   Result<char> ReadLastByte(const Inode& node, const UniqueFd& fd, uint64_t size);
   // "open" mode's drop before a reply with attributes (CheckKernelCache).
   void DropChangedBeforeReply(Inode& inode, const cache::SourceIdentity& id,
-                              InodeTable::Observation seen);
+                              InodeTable::Observation seen) REQUIRES(inode.open_order);
   // The source object's identity now, through its O_PATH fd or its name (nullopt: gone).
   std::optional<cache::SourceIdentity> IdentityNow(const Inode& inode) const;
   // Opens the node's own inode (through its O_PATH fd), whatever its name means now.

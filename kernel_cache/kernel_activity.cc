@@ -48,7 +48,8 @@ void KernelActivity::BeforeReadOnlyOpen(fs::Inode& node) {
   // The identity the kernel's attributes show: a store never changes its size, and
   // Push checks the source against it (and the RAM tier holds nothing else).
   if (std::optional<cache::SourceIdentity> id = fs_.inodes().KernelAttrId(node)) {
-    if (pusher->Push(*id) == PushResult::kPushed) {
+    // Never a wait for the node's open_order on a FUSE worker (fs/inode_table.h).
+    if (pusher->Push(*id, fs::OrderWait::kNoWait) == PushResult::kPushed) {
       pushes_at_open_.fetch_add(1, std::memory_order_relaxed);
     }
   }

@@ -90,7 +90,7 @@ bool PageCachePusher::MayStore(fs::Inode& node, const cache::SourceIdentity& fil
   return false;
 }
 
-PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
+PushResult PageCachePusher::Push(const cache::SourceIdentity& file, fs::OrderWait wait) {
   std::shared_lock attached(attach_mu_);
   if (session_ == nullptr) return PushResult::kRefused;
   std::shared_ptr<fs::Inode> node = inodes_->FindBySource(file.dev, file.ino);
@@ -110,9 +110,12 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file) {
     if (!one_copy_ && cache_->HoldsInRam(file)) residency_->NoteHeldWhole(*node, file.size);
     return PushResult::kRefused;
   }
-  return StoreChecked(*node, file, [&](const cache::Cache::KernelStore& store) {
-    return one_copy_ ? cache_->MoveToKernel(file, store) : cache_->CopyToKernel(file, store);
-  });
+  return StoreChecked(
+      *node, file,
+      [&](const cache::Cache::KernelStore& store) {
+        return one_copy_ ? cache_->MoveToKernel(file, store) : cache_->CopyToKernel(file, store);
+      },
+      wait);
 }
 
 bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) {
@@ -131,11 +134,15 @@ bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<con
 }
 
 PushResult PageCachePusher::StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
-                                         const Deliver& deliver) {
+                                         const Deliver& deliver, fs::OrderWait wait) {
   bool stored = false;
   bool forgotten = false;
   {
-    MutexLock order(node.open_order);
+    if (!fs::TakeOpenOrder(node, wait)) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return PushResult::kRefused;
+    }
+    MutexLock order(node.open_order, std::adopt_lock);
     const Result<fs::WriteFence::Held> fenced = fence_->Enter(*inodes_, node);
     if (!fenced.ok()) {
       if (fenced.status().code() == Code::kBusy) {

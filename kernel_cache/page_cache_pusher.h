@@ -108,8 +108,9 @@ class PageCachePusher final : public prefetch::KernelPages {
   // RAM tier made for it (charged and dropped like a moved file's).
   bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) override;
   // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
-  // page cache now. Unless kPushed, the bytes stay in RAM.
-  PushResult Push(const cache::SourceIdentity& file);
+  // page cache now. Unless kPushed, the bytes stay in RAM. A FUSE worker passes
+  // OrderWait::kNoWait: kRefused, not a wait, while the node's open_order is held.
+  PushResult Push(const cache::SourceIdentity& file, fs::OrderWait wait = fs::OrderWait::kWait);
 
   static constexpr size_t kMaxWaiting = 1 << 16;
   static constexpr std::chrono::milliseconds kRetryPeriod{20};
@@ -159,7 +160,7 @@ class PageCachePusher final : public prefetch::KernelPages {
   // keep the pages from being stale (see the top of this file). Under attach_mu_.
   using Deliver = std::function<bool(const cache::Cache::KernelStore& store)>;
   PushResult StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
-                          const Deliver& deliver);
+                          const Deliver& deliver, fs::OrderWait wait = fs::OrderWait::kWait);
 
   // Held shared by each push and exclusively by Attach/Detach.
   mutable std::shared_mutex attach_mu_;

@@ -555,6 +555,7 @@ const std::vector<std::string> kStatsKeys = {
     "requests.symlink",
     "requests.unlink",
     "requests.write",
+    "requests_waited",
     "source",
     "source_base_latency_us",
     "source_bytes",

@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -536,6 +538,90 @@ TEST_F(MountTest, AFileChangedUnderneathCanBeMappedSharedAtOnce) {
     ::close(fd);
   }
   EXPECT_GT(m->Stats()["open_sizes_shown"].get<uint64_t>(), 0u) << m->Stats().dump();
+}
+
+// Readers of one file changed underneath, with only two FUSE workers: an open or a
+// GETATTR that finds the change drops the kernel's pages, which waits for the page a
+// READ in flight holds locked, and that READ needs a free worker. Workers that queued
+// for the node's open_order behind that drop would leave it none: a hang, not an error.
+// The load runs in a child process, so that a hang fails the test instead of hanging
+// it (the daemon is then killed, which ends the connection and every wait on it).
+TEST_F(MountTest, ReadersOfAFileChangedUnderneathNeverHangTheMount) {
+  const size_t kSize = 4u << 20;
+  WriteFile(src_ / "shared", RandomBytes(kSize, 21));
+  AgeFile(src_ / "shared", 3600);
+  auto m = MountIt({"--consistency", "open", "--threads", "2"});
+  ASSERT_TRUE(m->ok());
+  auto* progress = static_cast<std::atomic<uint64_t>*>(
+      ::mmap(nullptr, sizeof(std::atomic<uint64_t>), PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(progress, MAP_FAILED);
+  new (progress) std::atomic<uint64_t>(0);
+  struct ::stat mounted {};
+  ASSERT_EQ(::stat(mnt_.c_str(), &mounted), 0);
+  const dev_t mount_dev = mounted.st_dev;
+  const std::string through = (mnt_ / "shared").string();
+  const std::string under = (src_ / "shared").string();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+    std::vector<std::thread> load;
+    for (int r = 0; r < 6; r++) {
+      load.emplace_back([&] {
+        std::vector<char> buf(1 << 20);
+        while (std::chrono::steady_clock::now() < until) {
+          const int fd = ::open(through.c_str(), O_RDONLY | O_CLOEXEC);
+          if (fd < 0) continue;  // ESTALE twice in a row is possible under this churn
+          while (::read(fd, buf.data(), buf.size()) > 0) {}
+          ::close(fd);
+          progress->fetch_add(1);
+        }
+      });
+    }
+    load.emplace_back([&] {
+      const int fd = ::open(under.c_str(), O_WRONLY | O_CLOEXEC);
+      uint64_t i = 0;
+      while (std::chrono::steady_clock::now() < until) {
+        const char byte = static_cast<char>(i);
+        (void)::pwrite(fd, &byte, 1, static_cast<off_t>((i++ * 7919 * 4096) % kSize));
+        const int rfd = ::open(through.c_str(), O_RDONLY | O_CLOEXEC);
+        if (rfd >= 0) {
+          char one;
+          (void)::read(rfd, &one, 1);
+          ::close(rfd);
+        }
+        progress->fetch_add(1);
+      }
+      ::close(fd);
+    });
+    for (auto& t : load) t.join();
+    ::_exit(0);
+  }
+  // The load ends after 4 s; 20 s more is a hang, not a slow machine.
+  int status = 0;
+  bool hung = true;
+  for (int i = 0; i < 240; i++) {
+    if (::waitpid(child, &status, WNOHANG) == child) {
+      hung = false;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const uint64_t done = progress->load();
+  if (hung) {
+    // Ends the connection (fusectl's abort): every request in flight fails, the child
+    // exits, and the daemon's waits end.
+    (void)::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
+    WriteFile("/sys/fs/fuse/connections/" + std::to_string(minor(mount_dev)) + "/abort", "1");
+    ::waitpid(child, &status, 0);
+    m->UnmountedByTheTest();
+    (void)::umount2(mnt_.c_str(), MNT_DETACH);
+  }
+  ::munmap(progress, sizeof(std::atomic<uint64_t>));
+  ASSERT_FALSE(hung) << "the mount stopped answering after " << done << " reads and opens";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_GT(done, 0u);
 }
 
 TEST_F(MountTest, LargeFilesAreReadInChunkSizedRequests) {
