@@ -233,8 +233,8 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
   // change inotify missed would never come. Observed first, then stated again.
   std::shared_ptr<Inode> known;
   InodeTable::Observation seen;
-  if (ChangeWatcher* watcher = watcher_.load();
-      watcher != nullptr && watcher->follows_contents() && S_ISREG(st->st_mode)) {
+  ChangeWatcher* const checking = watcher_.load();
+  if (checking != nullptr && checking->follows_contents() && S_ISREG(st->st_mode)) {
     known = inodes_.FindBySource(st->st_dev, st->st_ino);
     if (known) {
       seen = InodeTable::Observe(*known);
@@ -246,7 +246,7 @@ Result<Entry> SourceFs::LookupIn(const std::shared_ptr<Inode>& parent, const std
                                 KnownByAnotherDeadName(*parent, name, *st));
   if (known && inode == known) {
     CheckKernelCache(*inode, cache::SourceIdentity::FromStat(*st), seen, Reply::kAttributes,
-                     watcher_.load());
+                     checking);
   }
   if (inode->is_dir) {
     if (ChangeWatcher* watcher = watcher_.load()) watcher->Watch(*inode);

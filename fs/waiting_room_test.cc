@@ -11,15 +11,13 @@ namespace epochfs::fs {
 namespace {
 
 TEST(WaitingRoom, ATaskThatWaitsLeavesTheOtherThreadsServing) {
-  WaitingRoom room(2);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  std::atomic<bool> first_waiting{false};
+  std::promise<void> second_ran;
+  WaitingRoom room(2);  // last: joined before what its tasks use goes
   room.Run([&] {
-    first_waiting = true;
     released.wait();  // as a request waiting for a node's open_order
   });
-  std::promise<void> second_ran;
   room.Run([&] { second_ran.set_value(); });
   EXPECT_EQ(second_ran.get_future().wait_for(std::chrono::seconds(10)),
             std::future_status::ready);
