@@ -56,7 +56,6 @@ struct KernelPagesRecord {
 // from the waiting room (fs/waiting_room.h), whose threads may wait.
 enum class OrderWait { kWait, kNoWait };
 
-
 struct Inode {
   uint64_t nodeid = 0;
   uint64_t dev = 0;
