@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <future>
+#include <thread>
 #include <vector>
 
 #include "base/testing/test_files.h"
@@ -182,6 +184,37 @@ TEST_F(FilesystemTest, OpenOfAFileChangedUnderneathMakesTheKernelLookItUpAgain) 
   EXPECT_EQ(kernel_.sizes.size(), 2u);
 }
 
+// A node is opened by the name it is known by. A lookup that finds the node's file by
+// another name (a hard link, or a name a rename underneath ends right after the
+// lookup's stat: a listing's "x.tmp" renamed over "x") must not move the node to that
+// name while its own still names the file: once the other name goes, every open of
+// the node would answer ESTALE, and the kernel's one retry (its LOOKUP of the name it
+// uses) would give the file a second node. Seen in the torture test as an owner's open
+// failing with ESTALE after its own rename underneath.
+TEST_F(FilesystemTest, ALookupByAnotherNameOfTheFileKeepsTheNameItsNodeOpensBy) {
+  auto core = Make(true);
+  ASSERT_EQ(::link((dir_.path() / "src/file.txt").c_str(),
+                   (dir_.path() / "src/file.tmp").c_str()), 0);
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  auto other = core->Lookup(kRootNodeId, "file.tmp");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->nodeid, file->nodeid);  // one file, one node
+  ASSERT_EQ(::unlink((dir_.path() / "src/file.tmp").c_str()), 0);
+
+  // The unlink moved the file's ctime: the kernel is asked to look the name up again
+  // (one ESTALE), and its retry must then open it, through the same node.
+  auto open = core->Open(file->nodeid, O_RDONLY);
+  if (!open.ok() && Errno(open.status()) == ESTALE) {
+    auto retry = core->Lookup(kRootNodeId, "file.txt");
+    ASSERT_TRUE(retry.ok());
+    EXPECT_EQ(retry->nodeid, file->nodeid) << "a second node for the same file";
+    open = core->Open(retry->nodeid, O_RDONLY);
+  }
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  EXPECT_TRUE(core->Release(std::move(open->handle)).ok());
+}
+
 // A write through the mount is in the kernel's pages before it is in the source, so no
 // open drops the pages of a file open for writing (the kernel would keep zeros where
 // such a write went: tests/integrity_test.cc); and a writer never gets direct I/O (the
@@ -274,6 +307,49 @@ TEST_F(FilesystemTest, AGetattrThatFindsANewSizeDropsTheKernelsPagesFirst) {
   EXPECT_TRUE(core->Release(std::move(writer->handle)).ok());
   EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid}) << "paid at its release";
   EXPECT_TRUE(core->Release(std::move(reader->handle)).ok());
+}
+
+// A FUSE worker never waits for a node's open_order (its holder may be dropping pages
+// that a READ in flight keeps locked, which only a free worker answers): an open, a
+// GETATTR and a release's owed drop made with kNoWait answer kBusy while another thread
+// holds it, change nothing, and succeed once made again where waiting is allowed.
+TEST_F(FilesystemTest, CallsThatMayNotWaitForAHeldOpenOrderAreToldBusy) {
+  auto core = Make(true);
+  auto file = core->Lookup(kRootNodeId, "file.txt");
+  ASSERT_TRUE(file.ok());
+  std::shared_ptr<Inode> node = source_->inodes().Find(file->nodeid);
+  ASSERT_TRUE(node);
+  auto writer = core->Open(file->nodeid, O_WRONLY);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  node->pages_drop_owed = true;  // as an open that found older pages under this writer
+  kernel_.inodes.clear();
+
+  std::promise<void> held, let_go;
+  std::thread holder([&] {
+    MutexLock order(node->open_order);
+    held.set_value();
+    let_go.get_future().wait();
+  });
+  held.get_future().wait();
+  auto open = core->Open(file->nodeid, O_RDONLY, OrderWait::kNoWait);
+  EXPECT_EQ(open.status().code(), Code::kBusy) << open.status().ToString();
+  auto attr = core->GetAttr(file->nodeid, nullptr, OrderWait::kNoWait);
+  EXPECT_EQ(attr.status().code(), Code::kBusy) << attr.status().ToString();
+  Status release = core->Release(std::move(writer->handle), OrderWait::kNoWait);
+  EXPECT_EQ(release.code(), Code::kBusy) << release.ToString();
+  EXPECT_EQ(node->open_handles.load(), 0) << "the handle is gone; only its drop waits";
+  EXPECT_TRUE(node->pages_drop_owed.load());
+  EXPECT_TRUE(kernel_.inodes.empty()) << "nothing dropped without the lock";
+  let_go.set_value();
+  holder.join();
+
+  EXPECT_TRUE(core->DropOwedPages(file->nodeid).ok());
+  EXPECT_EQ(kernel_.inodes, std::vector<uint64_t>{file->nodeid});
+  EXPECT_FALSE(node->pages_drop_owed.load());
+  auto reader = core->Open(file->nodeid, O_RDONLY, OrderWait::kNoWait);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE(core->GetAttr(file->nodeid, nullptr, OrderWait::kNoWait).ok());
+  EXPECT_TRUE(core->Release(std::move(reader->handle), OrderWait::kNoWait).ok());
 }
 
 TEST_F(FilesystemTest, NotifyModeAnswersOpenOnceAndDropsControlPagesAtLookup) {

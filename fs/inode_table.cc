@@ -47,7 +47,8 @@ std::shared_ptr<Inode> InodeTable::Find(uint64_t nodeid) const {
 void InodeTable::CountLookupLocked(Inode& inode, const std::shared_ptr<Inode>& parent,
                                    const std::string& name, const struct ::stat& st) {
   inode.nlookup++;
-  if (&inode != root_.get()) {
+  // A file's node keeps the name it was made with (Remember).
+  if (inode.is_dir && &inode != root_.get()) {
     inode.parent = parent;
     inode.name = name;
   }

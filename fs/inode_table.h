@@ -87,7 +87,7 @@ struct Inode {
   // GUARDED_BY: an Inode does not know its table, so the analysis has no expression
   // that names that mutex.
   std::shared_ptr<Inode> parent;  // null for the root
-  std::string name;               // the last name it was looked up or renamed by
+  std::string name;  // a file: made with, or renamed to through the mount (Remember)
   uint64_t nlookup = 0;
   // Identity of the source file the kernel's page cache of this node holds: the latest a
   // check, an open or a change by the mount recorded (or, for a node made right after the
@@ -171,12 +171,19 @@ class InodeTable {
 
   // Records a lookup reference on the object `st` found as `name` in `parent`, creating
   // its node on first sight. `path_fd` is the object's O_PATH fd (kept only if the
-  // node is new). Updates the node's location, and records `st` as the attributes the
-  // kernel gets (the LOOKUP or CREATE reply about to be sent carries them): under the
-  // same lock, so that no thread finds the node without them (a push would be refused
-  // for a file the kernel is about to know).
+  // node is new). Records `st` as the attributes the kernel gets (the LOOKUP or CREATE
+  // reply about to be sent carries them): under the same lock, so that no thread finds
+  // the node without them (a push would be refused for a file the kernel is about to
+  // know).
   //
-  // `old_name_gone`: the caller found that the name the object's node was last known
+  // A directory's node moves to `name`. A file's node keeps the name it was made with
+  // (renames through the mount move it: Move), which is the name it is opened by
+  // (SourceFs::OpenNode). A lookup by another name must not move it: a hard link's, or
+  // a name that a rename underneath ended right after the lookup's stat (a listing's
+  // "x.tmp", renamed over "x"), after which every open of the node would answer ESTALE,
+  // and the kernel's one retry could find the node moved again by the next such lookup.
+  //
+  // `old_name_gone`: the caller found that the name the object's node is known
   // by no longer names it (renamed in the source). The object then gets a new node,
   // and the old one stays bound to its old, dead name until the kernel forgets it: a
   // path the kernel still caches under the old name then answers ESTALE instead of

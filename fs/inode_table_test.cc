@@ -20,7 +20,7 @@ TEST(InodeTable, SameSourceObjectSameNodeAndCountsLookups) {
   auto again = table.Remember(table.root(), "hardlink", FakeStat(1, 100, S_IFREG), UniqueFd());
   EXPECT_EQ(a.get(), again.get());
   EXPECT_GE(a->nodeid, 16u);  // below 16 is reserved for control nodes
-  EXPECT_EQ(table.LocationOf(*a).name, "hardlink");  // the last name it was seen by
+  EXPECT_EQ(table.LocationOf(*a).name, "a");  // a file keeps the name it is opened by
   auto other_dev = table.Remember(table.root(), "b", FakeStat(2, 100, S_IFREG), UniqueFd());
   EXPECT_NE(other_dev->nodeid, a->nodeid);
 

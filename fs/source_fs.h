@@ -260,7 +260,7 @@ class SourceFs {
   // `listed`: the node of the inode number the listing gave `name` (not null).
   std::optional<Entry> LookupKnownFile(const std::shared_ptr<Inode>& parent,
                                        const std::string& name, std::shared_ptr<Inode> listed);
-  // Whether the file `st`, just found as `name` in `parent`, has a node last known by
+  // Whether the file `st`, just found as `name` in `parent`, has a node known by
   // another name that no longer names it (it was renamed in the source). `known`: that
   // file's node where the caller has it already (else it is looked up).
   bool KnownByAnotherDeadName(const Inode& parent, const std::string& name,

@@ -193,14 +193,18 @@ class Owner {
       }
       if (got == want) return;
     }
+    // ReadWhole answers a failed open with its error, in angle brackets.
+    const bool open_failed = got.rfind("<open failed", 0) == 0 && got.back() == '>';
     size_t at = 0;
     while (at < std::min(got.size(), want.size()) && got[at] == want[at]) at++;
     struct ::stat st {};  // the source inode, to find the file in the daemon's log
     ::stat((dir_ / FileName(index_, f)).c_str(), &st);
     report.Fail("owner " + std::to_string(index_) + " file " + std::to_string(f) +
-                " (source inode " + std::to_string(st.st_ino) + ") after " + what + ": read " +
-                std::to_string(got.size()) + " bytes, want " + std::to_string(want.size()) +
-                ", first difference at " + std::to_string(at));
+                " (source inode " + std::to_string(st.st_ino) + ") after " + what + ": " +
+                (open_failed ? got.substr(1, got.size() - 2)
+                             : "read " + std::to_string(got.size()) + " bytes, want " +
+                                   std::to_string(want.size()) + ", first difference at " +
+                                   std::to_string(at)));
   }
 
   const int index_;
