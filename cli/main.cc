@@ -69,14 +69,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   top->add_flag("--once", top_options.once, "Draw one frame and exit");
 
-  bool lazy = false;
+  cli::UmountOptions umount_options;
   std::string umount_target;
   auto* umount = app.add_subcommand("umount", "Unmount an epochfs mount and wait for its daemon");
   umount->alias("unmount");
   umount->add_option("MOUNTPOINT", umount_target, "The mount")->required();
-  umount->add_flag("-l,--lazy", lazy, "Detach now, finish when no longer busy");
-  bool dead_only = false;  // ---- systemd ExecStopPost ----
-  umount->add_flag("--dead-only", dead_only,
+  umount->add_flag("-l,--lazy", umount_options.lazy, "Detach now, finish when no longer busy");
+  umount->add_flag("--abort", umount_options.abort,
+                   "First abort the FUSE connection (requests in flight fail): for a mount "
+                   "whose daemon no longer answers");
+  // ---- systemd ExecStopPost ----
+  umount->add_flag("--dead-only", umount_options.dead_only,
                    "Only unmount if its daemon is gone (Transport endpoint is not connected)");
 
   bool json = false;
@@ -175,7 +178,7 @@ int main(int argc, char** argv) {
     const fsys::path target = fsys::absolute(top_target).lexically_normal();
     return cli::RunTop(top_options, [&] { return cli::ReadStats(target); }, stdout);
   }
-  if (*umount) return cli::RunUmountCommand(umount_target, lazy, dead_only);
+  if (*umount) return cli::RunUmountCommand(umount_target, umount_options);
   if (*status) return cli::RunStatus(status_target, json);
   if (*run) {
     if (run_command.empty()) return Refuse("run: no COMMAND given (epochfs run -- COMMAND [ARGS...])");

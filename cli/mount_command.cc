@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/unique_fd.h"
 #include "cli/exit.h"
 #include "cli/status.h"
 #include "daemon/journal_log.h"
@@ -188,9 +189,35 @@ Result<bool> RunCommand(const std::vector<std::string>& args) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// Aborts the FUSE connection of `mount` through the kernel's fusectl filesystem (its
+// folder is named by the minor number of the mount's device), mounting fusectl first
+// where it is not. Writes nothing through the mount: it may not answer.
+Status AbortConnection(const daemon::MountEntry& mount) {
+  const auto colon = mount.device.find(':');
+  if (colon == std::string::npos) {
+    return Status::InvalidArgument(fmt::format("no device number in the mount table: '{}'", mount.device));
+  }
+  const fsys::path connections = "/sys/fs/fuse/connections";
+  const fsys::path abort = connections / mount.device.substr(colon + 1) / "abort";
+  std::error_code ec;
+  if (!fsys::exists(abort, ec) && fsys::is_empty(connections, ec) &&
+      ::mount("fusectl", connections.c_str(), "fusectl", 0, nullptr) != 0 && errno != EBUSY) {
+    return Status::FromErrno(errno, fmt::format("mount fusectl on {} (mount -t fusectl none {})",
+                                                connections.string(), connections.string()));
+  }
+  const UniqueFd fd(::open(abort.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return Status::FromErrno(errno, fmt::format("open {}", abort.string()));
+  if (::write(fd.get(), "1", 1) != 1) {
+    return Status::FromErrno(errno, fmt::format("write {}", abort.string()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_only) {
+int RunUmountCommand(const std::string& mountpoint_arg, const UmountOptions& options) {
+  const bool lazy = options.lazy;
+  const bool dead_only = options.dead_only;
   const fsys::path mountpoint = fsys::absolute(mountpoint_arg).lexically_normal();
   const auto mount = daemon::VisibleMount(mountpoint);
   if (!mount || mount->fstype != daemon::kFsType) {
@@ -198,13 +225,23 @@ int RunUmountCommand(const std::string& mountpoint_arg, bool lazy, bool dead_onl
   }
   // A lazy unmount reads nothing through the mount: it is what one runs when the mount
   // or its source hangs, and a read would hang with them (in D state, unkillable).
-  const DaemonOfMount daemon = FindDaemon(mountpoint, *mount, !lazy || dead_only);
+  // Nor does one that aborts: the mount is not answering.
+  const DaemonOfMount daemon =
+      FindDaemon(mountpoint, *mount, (!lazy || dead_only) && !options.abort);
   const pid_t pid = daemon.pid;
   // --dead-only (the unit's ExecStopPost): clear a dead daemon's mount, never a live one
   // that another instance or a person made.
   if (dead_only && daemon.live) {
     return Refuse(fmt::format("{} is served by a live daemon{}; not unmounting it",
                               mountpoint.string(), pid > 0 ? fmt::format(" (pid {})", pid) : ""));
+  }
+  if (options.abort) {
+    if (Status aborted = AbortConnection(*mount); !aborted.ok()) {
+      return Refuse(fmt::format("cannot abort the connection of {}: {}", mountpoint.string(),
+                                aborted.message()));
+    }
+    fmt::print(stderr, "epochfs: aborted the connection of {}: requests in flight failed\n",
+               mountpoint.string());
   }
   // EBUSY for a moment can be the daemon's own: a file it holds open while it pushes pages
   // (fs/write_fence.h), or, in a daemon that is not root, a folder it lists

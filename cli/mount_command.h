@@ -16,8 +16,17 @@ namespace epochfs::cli {
 // mounted or created); 1 a failure while running (foreground).
 int RunMountCommand(daemon::MountOptions options);
 
-// Unmounts `mountpoint` (lazily with `lazy`) and waits up to 5 minutes for its daemon
-// to flush. `dead_only`: only a mount whose daemon is gone (the unit's ExecStopPost).
-int RunUmountCommand(const std::string& mountpoint, bool lazy, bool dead_only);
+// What `epochfs umount` is asked to do besides unmounting.
+struct UmountOptions {
+  bool lazy = false;       // detach now, finish once nothing uses the mount
+  bool dead_only = false;  // only a mount whose daemon is gone (the unit's ExecStopPost)
+  // Abort the mount's FUSE connection first (/sys/fs/fuse/connections/N/abort): every
+  // request in flight fails with ENOTCONN, which frees a daemon that no longer answers,
+  // even one killed while its thread waited on the kernel (a zombie holding /dev/fuse).
+  bool abort = false;
+};
+
+// Unmounts `mountpoint` and waits up to 5 minutes for its daemon to flush.
+int RunUmountCommand(const std::string& mountpoint, const UmountOptions& options);
 
 }  // namespace epochfs::cli

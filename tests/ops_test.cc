@@ -634,6 +634,61 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
   if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
 }
 
+// A daemon that no longer answers (stopped here; in life, a thread of it waiting on the
+// kernel for a READ no one serves, which even kill -9 cannot end) holds its readers until
+// `umount --abort` aborts the connection: they fail with ENOTCONN at once, the mount goes,
+// and the daemon, let go, exits.
+TEST_F(OpsTest, UmountAbortFreesTheReadersOfADaemonThatStoppedAnswering) {
+  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(),
+                             "--ram", "64M", "--disk", "256M"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  struct Resume {  // whatever fails below, the daemon runs again (and is not left wedged)
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  // A reader whose LOOKUP the stopped daemon never answers.
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t reader = ::fork();
+  if (reader == 0) {
+    const int fd = ::open((mnt_ / "never-looked-up").c_str(), O_RDONLY | O_CLOEXEC);
+    const int err = fd < 0 ? errno : 0;
+    (void)!::write(pipe_fds[1], &err, sizeof err);
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  struct pollfd waiting{pipe_fds[0], POLLIN, 0};
+  EXPECT_EQ(::poll(&waiting, 1, 300), 0) << "the reader was answered by a stopped daemon";
+
+  // The command waits for the daemon to exit, which it can only do once it runs again.
+  const std::string binary = EPOCHFS_BINARY, mountpoint = mnt_.string();
+  const pid_t umount = ::fork();
+  if (umount == 0) {
+    ::execl(binary.c_str(), binary.c_str(), "umount", "--abort", mountpoint.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_EQ(::poll(&waiting, 1, 10000), 1) << "the reader is still blocked after the abort";
+  int err = 0;
+  ASSERT_EQ(::read(pipe_fds[0], &err, sizeof err), static_cast<ssize_t>(sizeof err));
+  ::close(pipe_fds[0]);
+  EXPECT_TRUE(err == ENOTCONN || err == ECONNABORTED) << strerror(err);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (IsMounted(mnt_) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(IsMounted(mnt_));
+  ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(umount, &status, 0), umount);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(WaitGone(pid, std::chrono::seconds(30))) << "the daemon did not exit";
+  ASSERT_EQ(::waitpid(reader, &status, 0), reader);
+  if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
+}
+
 // ---------------------------------------------------------------------------------
 // Security: a root daemon must not let a user read what the source refuses them.
 
