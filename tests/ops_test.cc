@@ -63,6 +63,15 @@ class OpsTest : public MountedDirsTest {
     AgeFile(src_ / "a.txt", 3600);
   }
 
+  // `epochfs mount` of the test's folders, in the background: its daemon's pid, from the
+  // mount's stats (0, with the test failed, if it did not mount).
+  pid_t MountInBackground() {
+    CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir",
+                               cache_.string(), "--ram", "64M", "--disk", "256M"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (r.exit_code != 0) return 0;
+    return nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats")).value("pid", 0);
+  }
 };
 
 // ---------------------------------------------------------------------------------
@@ -589,10 +598,7 @@ TEST_F(OpsTest, NonUtf8SourcePathAndFileNamesStillGiveStatsAndStatus) {
 }
 
 TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
-  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(),
-                             "--ram", "64M", "--disk", "256M"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
+  const pid_t pid = MountInBackground();
   ASSERT_GT(pid, 0);
   // The unit's ExecStopPost never clears a live mount.
   CommandResult live = Epochfs({"umount", "--lazy", "--dead-only", mnt_.string()});
@@ -639,10 +645,7 @@ TEST_F(OpsTest, DeadDaemonIsReportedByStatusAndUmountLazyClearsIt) {
 // `umount --abort` aborts the connection: they fail with ENOTCONN at once, the mount goes,
 // and the daemon, let go, exits.
 TEST_F(OpsTest, UmountAbortFreesTheReadersOfADaemonThatStoppedAnswering) {
-  CommandResult r = Epochfs({"mount", src_.string(), mnt_.string(), "--cache-dir", cache_.string(),
-                             "--ram", "64M", "--disk", "256M"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const pid_t pid = nlohmann::json::parse(ReadFile(mnt_ / ".epochfs" / "stats"))["pid"];
+  const pid_t pid = MountInBackground();
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
   struct Resume {  // whatever fails below, the daemon runs again (and is not left wedged)
