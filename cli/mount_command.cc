@@ -195,7 +195,8 @@ Result<bool> RunCommand(const std::vector<std::string>& args) {
 Status AbortConnection(const daemon::MountEntry& mount) {
   const auto colon = mount.device.find(':');
   if (colon == std::string::npos) {
-    return Status::InvalidArgument(fmt::format("no device number in the mount table: '{}'", mount.device));
+    return Status::InvalidArgument(
+        fmt::format("no device number in the mount table: '{}'", mount.device));
   }
   const fsys::path connections = "/sys/fs/fuse/connections";
   const fsys::path abort = connections / mount.device.substr(colon + 1) / "abort";
