@@ -169,7 +169,7 @@ const std::vector<CommandInterface> kCommandLine = {
      {"-i,--interval=1"}},
     {{"umount"},
      "epochfs umount [OPTIONS] MOUNTPOINT",
-     {"--dead-only", "-h,--help", "-l,--lazy", "MOUNTPOINT"},
+     {"--abort", "--dead-only", "-h,--help", "-l,--lazy", "MOUNTPOINT"},
      {}},
     {{"warm"},
      "epochfs warm [OPTIONS] MOUNTPOINT [PATH...]",
