@@ -24,14 +24,8 @@ void WaitingRoom::Run(std::function<void()> task) {
   {
     MutexLock lock(mu_);
     queue_.push_back(std::move(task));
-    handed_++;
   }
   cv_.notify_one();
-}
-
-uint64_t WaitingRoom::handed() const {
-  MutexLock lock(mu_);
-  return handed_;
 }
 
 void WaitingRoom::Serve() {

@@ -19,7 +19,6 @@
 
 #include <condition_variable>
 #include <cstddef>
-#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -38,17 +37,14 @@ class WaitingRoom {
   WaitingRoom& operator=(const WaitingRoom&) = delete;
 
   void Run(std::function<void()> task);
-  // Tasks handed here since the start.
-  uint64_t handed() const;
 
  private:
   void Serve();
 
-  mutable Mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
-  uint64_t handed_ GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;  // last: started once the rest is ready
 };
 

@@ -14,15 +14,22 @@ TEST(WaitingRoom, ATaskThatWaitsLeavesTheOtherThreadsServing) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   std::promise<void> second_ran;
-  WaitingRoom room(2);  // last: joined before what its tasks use goes
-  room.Run([&] {
-    released.wait();  // as a request waiting for a node's open_order
-  });
-  room.Run([&] { second_ran.set_value(); });
-  EXPECT_EQ(second_ran.get_future().wait_for(std::chrono::seconds(10)),
-            std::future_status::ready);
-  release.set_value();
-  EXPECT_EQ(room.handed(), 2u);
+  std::atomic<int> ran{0};
+  {
+    WaitingRoom room(2);  // inner: joined before what its tasks use goes
+    room.Run([&] {
+      released.wait();  // as a request waiting for a node's open_order
+      ran++;
+    });
+    room.Run([&] {
+      second_ran.set_value();
+      ran++;
+    });
+    EXPECT_EQ(second_ran.get_future().wait_for(std::chrono::seconds(10)),
+              std::future_status::ready);
+    release.set_value();
+  }
+  EXPECT_EQ(ran.load(), 2);
 }
 
 TEST(WaitingRoom, WhatIsQueuedRunsBeforeItGoes) {
