@@ -648,10 +648,14 @@ TEST_F(OpsTest, UmountAbortFreesTheReadersOfADaemonThatStoppedAnswering) {
   const pid_t pid = MountInBackground();
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-  struct Resume {  // whatever fails below, the daemon runs again (and is not left wedged)
+  struct Resume {  // whatever fails below, the daemon runs again and its mount goes
     pid_t pid;
-    ~Resume() { ::kill(pid, SIGCONT); }
-  } resume{pid};
+    fsys::path mountpoint;
+    ~Resume() {
+      ::kill(pid, SIGCONT);
+      if (IsMounted(mountpoint)) ::umount2(mountpoint.c_str(), MNT_DETACH);
+    }
+  } resume{pid, mnt_};
   // A reader whose LOOKUP the stopped daemon never answers.
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
@@ -689,7 +693,6 @@ TEST_F(OpsTest, UmountAbortFreesTheReadersOfADaemonThatStoppedAnswering) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_TRUE(WaitGone(pid, std::chrono::seconds(30))) << "the daemon did not exit";
   ASSERT_EQ(::waitpid(reader, &status, 0), reader);
-  if (IsMounted(mnt_)) ::umount2(mnt_.c_str(), MNT_DETACH);
 }
 
 // ---------------------------------------------------------------------------------
