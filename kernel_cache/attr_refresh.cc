@@ -37,27 +37,49 @@ void AttrRefresh::Stop() {
 void AttrRefresh::ReadToEnd(const std::string& path) {
   MutexLock lock(mu_);
   if (stop_) return;
-  Folder& folder = folders_[KernelListing::FolderOf(path)];
-  const auto now = std::chrono::steady_clock::now();
-  if (folder.last_read != std::chrono::steady_clock::time_point{}) {
-    folder.gap = (3 * folder.gap + (now - folder.last_read)) / 4;
-  }
-  ++folder.pending;
-  folder.last_read = now;
+  folders_[KernelListing::FolderOf(path)].Read(std::chrono::steady_clock::now());
 }
 
-bool AttrRefresh::Due(const Folder& folder, std::chrono::steady_clock::time_point now) {
-  if (folder.pending == 0 || folder.entries > kMaxEntries) return false;
-  const bool quiet = now - folder.last_read >= std::max<std::chrono::steady_clock::duration>(
-                                                  kQuiet, kQuietGaps * folder.gap);
+void AttrRefresh::FolderReads::Read(Clock::time_point now) {
+  if (last_read_ != Clock::time_point{}) gap_ = (3 * gap_ + (now - last_read_)) / 4;
+  ++pending_;
+  if (first_pass_) ++first_pass_reads_;
+  last_read_ = now;
+}
+
+bool AttrRefresh::FolderReads::Due(Clock::time_point now) const {
+  if (pending_ == 0 || given_up()) return false;
+  const bool quiet =
+      now - last_read_ >= std::max<Clock::duration>(kQuiet, kQuietGaps * gap_);
   // A listed entry costs the daemon a little less than the GETATTR it saves (a stat in
   // the source each), so a folder is listed only when most of it is due: the listing
   // then costs no more CPU than the GETATTRs, and none of it is in the readers' opens.
-  if (folder.entries == 0) {
-    return folder.pending >= kFirstBatch || (quiet && folder.pending >= kFirstBatchQuiet);
+  if (entries_ == 0) {
+    return pending_ >= kFirstBatch || (quiet && pending_ >= kFirstBatchQuiet);
   }
-  if (4 * uint64_t{folder.pending} >= 3 * folder.entries) return true;
-  return quiet && 4 * uint64_t{folder.pending} >= folder.entries;
+  if (4 * uint64_t{pending_} >= 3 * entries_) return true;
+  // The first pass is over: the folder's last files were just read. Listed now, not
+  // once quiet: the next epoch may begin at once and stat them (a small data set's
+  // epochs follow each other within the quiet); an eighth of it due is worth a listing.
+  if (first_pass_ && files_ > 0 && first_pass_reads_ >= files_ &&
+      8 * uint64_t{pending_} >= files_) {
+    return true;
+  }
+  return quiet && 4 * uint64_t{pending_} >= entries_;
+}
+
+uint32_t AttrRefresh::FolderReads::StartListing() { return std::exchange(pending_, 0); }
+
+void AttrRefresh::FolderReads::Listed(const std::optional<KernelListing::Listed>& listed,
+                                      Clock::duration took) {
+  if (!listed || took > kMaxListing) {
+    entries_ = kMaxEntries + 1;  // gone, the mount going, or a source too slow: never again
+    return;
+  }
+  // One listed empty is known; one past kMaxEntries is never listed again.
+  entries_ = std::max<uint64_t>(std::min(listed->entries, kMaxEntries + 1), 1);
+  files_ = listed->files;
+  if (first_pass_reads_ >= files_) first_pass_ = false;
 }
 
 void AttrRefresh::Run() {
@@ -69,31 +91,24 @@ void AttrRefresh::Run() {
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::string> due;
     for (const auto& [name, folder] : folders_) {
-      if (Due(folder, now)) due.push_back(name);
+      if (folder.Due(now)) due.push_back(name);
     }
-    uint64_t listed = 0;
+    uint64_t listed_entries = 0;
     for (const std::string& name : due) {
-      if (stop_ || listed >= kEntriesPerTick) break;  // the rest at the next tick
-      const uint32_t pending = std::exchange(folders_[name].pending, 0);
+      if (stop_ || listed_entries >= kEntriesPerTick) break;  // the rest at the next tick
+      const uint32_t refreshed = folders_[name].StartListing();
       lock.Unlock();
       const auto started = std::chrono::steady_clock::now();
-      const std::optional<uint64_t> entries =
+      const std::optional<KernelListing::Listed> listed =
           KernelListing::ListFolder(mount_, name, kMaxEntries);
       const auto took = std::chrono::steady_clock::now() - started;
       lock.Lock();
-      Folder& folder = folders_[name];
-      if (!entries || took > kMaxListing) {
-        // Gone, the mount going, or a source too slow to list: never again.
-        folder.entries = kMaxEntries + 1;
-        if (!entries) continue;
-      } else {
-        // One listed empty is known; one past kMaxEntries is never listed again.
-        folder.entries = std::max<uint64_t>(std::min(*entries, kMaxEntries + 1), 1);
-      }
-      listed += *entries;
+      folders_[name].Listed(listed, took);
+      if (!listed) continue;
+      listed_entries += listed->entries;
       listings_.fetch_add(1, std::memory_order_relaxed);
-      entries_listed_.fetch_add(*entries, std::memory_order_relaxed);
-      files_refreshed_.fetch_add(pending, std::memory_order_relaxed);
+      entries_listed_.fetch_add(listed->entries, std::memory_order_relaxed);
+      files_refreshed_.fetch_add(refreshed, std::memory_order_relaxed);
     }
   }
 }

@@ -13,9 +13,11 @@
 // identity as a GETATTR's do (a changed file is dropped, not refreshed).
 //
 // When: a listed entry costs the daemon a little less than a GETATTR does (an fstatat
-// in the source against a stat: docs/benchmarks.md), so a folder is listed once three quarters of its files were read to their end since
-// its last listing, or once its reads went quiet with a quarter of them pending (the
-// last files of an epoch). A folder whose open fails, or whose listing took longer than
+// in the source against a stat: docs/benchmarks.md), so a folder is listed once most of
+// it is due (FolderReads::Due): three quarters of its files read to their end since its
+// last listing; or its reads went quiet with a quarter of them pending; or, in the first
+// pass over it, as many READs as it has files (the first epoch, from the source, has just
+// read the whole folder, and the next epoch may stat its last files at once). A folder whose open fails, or whose listing took longer than
 // kMaxListing, is not listed again. A folder never listed yet is listed after kFirstBatch such
 // files, or kFirstBatchQuiet once quiet (a restart's few READs list nothing). A folder of
 // more than kMaxEntries entries is left alone after its first listing (which stops
@@ -32,12 +34,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
 #include "base/counters.h"
 #include "base/thread_annotations.h"
+#include "kernel_cache/kernel_listing.h"
 #include "kernel_cache/mount_view.h"
 
 namespace epochfs::kernel_cache {
@@ -74,24 +78,45 @@ class AttrRefresh {
   // its entries cost more than the GETATTRs they save).
   static constexpr std::chrono::milliseconds kMaxListing{500};
 
- private:
-  struct Folder {
-    uint32_t pending = 0;  // files read to their end since the last listing
+  // One folder's reads since its listings, and whether it is due for one. Public for its
+  // tests; AttrRefresh keeps one per folder under its lock.
+  class FolderReads {
+   public:
+    using Clock = std::chrono::steady_clock;
+    // A file of the folder was read to its end.
+    void Read(Clock::time_point now);
+    bool Due(Clock::time_point now) const;
+    // A listing starts: the files it refreshes (pending until now).
+    uint32_t StartListing();
+    // The listing ended; nullopt: the folder could not be opened. `took`: how long it ran.
+    void Listed(const std::optional<KernelListing::Listed>& listed, Clock::duration took);
+    // Whether the folder is never to be listed again.
+    bool given_up() const { return entries_ > kMaxEntries; }
+
+   private:
+    uint32_t pending_ = 0;  // files read to their end since the last listing
+    // Files read to their end in the first pass over the folder, which ends at a listing
+    // once there were as many as it has files. Only the first: later READs are the
+    // kernel's misses (a memory limit, evictions), whose count says nothing of where an
+    // epoch stands.
+    uint64_t first_pass_reads_ = 0;
+    bool first_pass_ = true;
     // At the last listing; 0: never listed; over kMaxEntries: not to be listed (too
     // large, too slow, or it could not be opened).
-    uint64_t entries = 0;
-    std::chrono::steady_clock::time_point last_read;
-    std::chrono::steady_clock::duration gap{};  // between its reads, smoothed
+    uint64_t entries_ = 0;
+    uint64_t files_ = 0;  // regular files at the last listing
+    Clock::time_point last_read_;
+    Clock::duration gap_{};  // between its reads, smoothed
   };
-  // Whether `folder` should be listed now.
-  static bool Due(const Folder& folder, std::chrono::steady_clock::time_point now);
+
+ private:
   void Run();
 
   const MountView& mount_;
   Mutex mu_;
   std::condition_variable cv_;
   bool stop_ GUARDED_BY(mu_) = false;
-  std::unordered_map<std::string, Folder> folders_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, FolderReads> folders_ GUARDED_BY(mu_);
   std::atomic<uint64_t> listings_{0}, entries_listed_{0}, files_refreshed_{0};
   std::thread thread_;  // last: started when everything above is ready
 };

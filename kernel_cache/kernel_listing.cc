@@ -44,9 +44,10 @@ std::string KernelListing::FolderOf(const std::string& path) {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
-std::optional<uint64_t> KernelListing::ListFolder(const MountView& mount, const std::string& folder,
-                                                  uint64_t max_entries,
-                                                  const std::atomic<bool>* stop) {
+std::optional<KernelListing::Listed> KernelListing::ListFolder(const MountView& mount,
+                                                              const std::string& folder,
+                                                              uint64_t max_entries,
+                                                              const std::atomic<bool>* stop) {
   Result<UniqueFd> fd = mount.Open(folder, O_RDONLY | O_DIRECTORY);
   if (!fd.ok()) {
     // Gone since it was recorded or read, or the mount is going: neither is an error.
@@ -55,17 +56,20 @@ std::optional<uint64_t> KernelListing::ListFolder(const MountView& mount, const 
   }
   // getdents64 straight: readdir() would add nothing but a buffer of its own.
   alignas(8) char buf[64 * 1024];
-  uint64_t entries = 0;
-  while (entries <= max_entries && (stop == nullptr || !stop->load(std::memory_order_relaxed))) {
+  Listed listed;
+  while (listed.entries <= max_entries &&
+         (stop == nullptr || !stop->load(std::memory_order_relaxed))) {
     // The users unmounted meanwhile: what is left is nobody's (mount_view.h).
-    if (entries > 0 && !mount.StillMounted()) break;
+    if (listed.entries > 0 && !mount.StillMounted()) break;
     const long n = ::syscall(SYS_getdents64, fd->get(), buf, sizeof(buf));
     if (n <= 0) break;  // the end, or an error (the connection went)
-    for (long at = 0; at < n; ++entries) {
-      at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
+    for (long at = 0; at < n; ++listed.entries) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buf + at);
+      if (entry->d_type == DT_REG) ++listed.files;
+      at += entry->d_reclen;
     }
   }
-  return entries;
+  return listed;
 }
 
 void KernelListing::Run() {
@@ -76,9 +80,9 @@ void KernelListing::Run() {
         entries_.load(std::memory_order_relaxed) >= max_entries_) {
       break;
     }
-    const std::optional<uint64_t> entries = ListFolder(mount_, folders_[index], UINT64_MAX, &stop_);
-    if (!entries) continue;
-    entries_.fetch_add(*entries, std::memory_order_relaxed);
+    const std::optional<Listed> listed = ListFolder(mount_, folders_[index], UINT64_MAX, &stop_);
+    if (!listed) continue;
+    entries_.fetch_add(listed->entries, std::memory_order_relaxed);
     listed_.fetch_add(1, std::memory_order_relaxed);
   }
   if (running_.fetch_sub(1) == 1) {

@@ -65,13 +65,18 @@ class KernelListing {
   static std::vector<std::string> FoldersOf(const std::vector<std::string>& paths);
   // The folder of one relative file path ("" for the root).
   static std::string FolderOf(const std::string& path);
+  // What one listing saw: every entry ("." and ".." too), and of them the regular files.
+  struct Listed {
+    uint64_t entries = 0;
+    uint64_t files = 0;
+  };
   // Lists `folder` (relative; "" for the root) of `mount` with getdents64, which the
-  // kernel turns into READDIRPLUS requests; the entries seen, stopping once past
-  // `max_entries` or when `stop` is set (may be null). nullopt if the folder could not be
-  // opened (gone, or the mount is).
-  static std::optional<uint64_t> ListFolder(const MountView& mount, const std::string& folder,
-                                            uint64_t max_entries,
-                                            const std::atomic<bool>* stop = nullptr);
+  // kernel turns into READDIRPLUS requests, stopping once past `max_entries` or when
+  // `stop` is set (may be null). nullopt if the folder could not be opened (gone, or the
+  // mount is).
+  static std::optional<Listed> ListFolder(const MountView& mount, const std::string& folder,
+                                          uint64_t max_entries,
+                                          const std::atomic<bool>* stop = nullptr);
 
  private:
   void Run();

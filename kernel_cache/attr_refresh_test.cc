@@ -1,0 +1,115 @@
+#include "kernel_cache/attr_refresh.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace epochfs::kernel_cache {
+namespace {
+
+using FolderReads = AttrRefresh::FolderReads;
+using Clock = FolderReads::Clock;
+using std::chrono::milliseconds;
+
+// A class folder of a data set: `files` files, listed with "." and "..".
+KernelListing::Listed FolderOf(uint64_t files) { return {.entries = files + 2, .files = files}; }
+
+class FolderReadsTest : public ::testing::Test {
+ protected:
+  // `n` files read to their end, 10 ms apart (a folder of a shuffled epoch).
+  void ReadFiles(FolderReads& folder, int n) {
+    for (int i = 0; i < n; ++i) {
+      now_ += milliseconds(10);
+      folder.Read(now_);
+    }
+  }
+  Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
+};
+
+TEST_F(FolderReadsTest, AFolderNeverListedWaitsForItsFirstBatchOrItsQuiet) {
+  FolderReads folder;
+  EXPECT_FALSE(folder.Due(now_));
+  ReadFiles(folder, AttrRefresh::kFirstBatch - 1);
+  EXPECT_FALSE(folder.Due(now_));
+  ReadFiles(folder, 1);
+  EXPECT_TRUE(folder.Due(now_));
+
+  FolderReads few;  // a restart's few READs
+  ReadFiles(few, AttrRefresh::kFirstBatchQuiet - 1);
+  EXPECT_FALSE(few.Due(now_ + std::chrono::seconds(10)));
+  ReadFiles(few, 1);
+  EXPECT_FALSE(few.Due(now_));
+  EXPECT_TRUE(few.Due(now_ + std::chrono::seconds(10)));
+}
+
+// The demo's data set: class folders of 25 files. The first listing comes after 16 of
+// them; the other 9 are listed as soon as the last is read, not once the folder's reads
+// went quiet: the next epoch may begin at once and stat them.
+TEST_F(FolderReadsTest, TheEndOfTheFirstPassOverTheFolderListsItAtOnce) {
+  FolderReads folder;
+  ReadFiles(folder, 16);
+  ASSERT_TRUE(folder.Due(now_));
+  EXPECT_EQ(folder.StartListing(), 16u);
+  folder.Listed(FolderOf(25), milliseconds(1));
+  ReadFiles(folder, 8);
+  EXPECT_FALSE(folder.Due(now_));  // 8 of 25 pending, the pass not over, not quiet
+  ReadFiles(folder, 1);
+  EXPECT_TRUE(folder.Due(now_));  // the 25th file of the pass
+  EXPECT_EQ(folder.StartListing(), 9u);
+  folder.Listed(FolderOf(25), milliseconds(1));
+
+  // Later READs are the kernel's misses, spread over epochs: listed at three quarters
+  // of the folder, or once quiet, whatever their count since the first pass.
+  ReadFiles(folder, 20);
+  EXPECT_FALSE(folder.Due(now_));
+  ReadFiles(folder, 1);
+  EXPECT_TRUE(folder.Due(now_));  // 21 of 27 entries: three quarters
+  EXPECT_EQ(folder.StartListing(), 21u);
+  folder.Listed(FolderOf(25), milliseconds(1));
+  ReadFiles(folder, 7);
+  EXPECT_FALSE(folder.Due(now_));  // 28 READs since the first pass: no pass's end
+  EXPECT_FALSE(folder.Due(now_ + milliseconds(100)));
+  EXPECT_TRUE(folder.Due(now_ + std::chrono::seconds(1)));  // quiet, with 7 of 27
+}
+
+// A pass that ends with less than an eighth of the folder pending is not worth a
+// listing of all of it (each entry costs about what a GETATTR does); a quarter pending
+// is listed once quiet, as before.
+TEST_F(FolderReadsTest, APassThatEndsWithLittlePendingWaitsForTheQuiet) {
+  FolderReads folder;
+  ReadFiles(folder, 16);
+  folder.StartListing();
+  folder.Listed(FolderOf(100), milliseconds(1));
+  ReadFiles(folder, 77);  // 77 of 102 entries: three quarters
+  ASSERT_TRUE(folder.Due(now_));
+  folder.StartListing();
+  folder.Listed(FolderOf(100), milliseconds(1));
+  ReadFiles(folder, 7);  // the pass is over with 7 pending: under an eighth
+  EXPECT_FALSE(folder.Due(now_));
+  EXPECT_FALSE(folder.Due(now_ + std::chrono::seconds(10)));  // under a quarter
+}
+
+TEST_F(FolderReadsTest, AFolderTooSlowToListOrGoneIsNeverListedAgain) {
+  FolderReads slow;
+  ReadFiles(slow, 16);
+  slow.StartListing();
+  slow.Listed(FolderOf(25), AttrRefresh::kMaxListing + milliseconds(1));
+  EXPECT_TRUE(slow.given_up());
+  ReadFiles(slow, 25);
+  EXPECT_FALSE(slow.Due(now_ + std::chrono::seconds(10)));
+
+  FolderReads gone;
+  ReadFiles(gone, 16);
+  gone.StartListing();
+  gone.Listed(std::nullopt, milliseconds(1));
+  EXPECT_TRUE(gone.given_up());
+
+  FolderReads huge;
+  ReadFiles(huge, 16);
+  huge.StartListing();
+  huge.Listed(FolderOf(AttrRefresh::kMaxEntries + 10), milliseconds(1));
+  EXPECT_TRUE(huge.given_up());
+}
+
+}  // namespace
+}  // namespace epochfs::kernel_cache
