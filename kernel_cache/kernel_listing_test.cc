@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +65,20 @@ TEST_F(KernelListingTest, EveryFolderIsListedOnceAcrossItsThreads) {
   ASSERT_TRUE(listing.done());
   EXPECT_EQ(listing.folders_listed(), 10u);
   EXPECT_EQ(listing.entries_seen(), 10u * (5 + 2));  // with "." and ".."
+}
+
+// One folder listed: every entry counts, and of them only the regular files as files
+// (AttrRefresh compares them with the files read in a pass over the folder).
+TEST_F(KernelListingTest, OneListingCountsItsEntriesAndItsFiles) {
+  MakeTree(1, 5);
+  fsys::create_directories(root_ / "class0" / "sub");
+  fsys::create_symlink("0.jpg", root_ / "class0" / "link");
+  const std::optional<KernelListing::Listed> listed =
+      KernelListing::ListFolder(*view_, "class0", /*max_entries=*/1'000'000);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(listed->entries, 5u + 2 + 2);  // the files, the folder and the link, "." and ".."
+  EXPECT_EQ(listed->files, 5u);
+  EXPECT_FALSE(KernelListing::ListFolder(*view_, "gone", 1'000'000).has_value());
 }
 
 // The entry bound stops the listing; the threads may each have started a folder.
