@@ -16,14 +16,15 @@
 // in the source against a stat: docs/benchmarks.md), so a folder is listed once most of
 // it is due (FolderReads::Due): three quarters of its files read to their end since its
 // last listing; or its reads went quiet with a quarter of them pending; or, in the first
-// pass over it, as many READs as it has files (the first epoch, from the source, has just
-// read the whole folder, and the next epoch may stat its last files at once). A folder whose open fails, or whose listing took longer than
-// kMaxListing, is not listed again. A folder never listed yet is listed after kFirstBatch such
-// files, or kFirstBatchQuiet once quiet (a restart's few READs list nothing). A folder of
-// more than kMaxEntries entries is left alone after its first listing (which stops
-// there): each listing would give the kernel that many inodes to hold. The same
-// mechanics as KernelListing (KernelListing::ListFolder): getdents64 on the mount, a
-// FUSE worker answers.
+// pass over it, as many READs as it has files (the first epoch, from the source, has
+// just read the whole folder, and the next epoch may stat its last files at once). A
+// folder whose open fails, or whose listing took longer than kMaxListing, is not listed
+// again. A folder never listed yet is listed after kFirstBatch such files, or
+// kFirstBatchQuiet once quiet (a restart's few READs list nothing). A folder of more
+// than kMaxEntries entries is left alone after its first listing (which stops there):
+// each listing would give the kernel that many inodes to hold. The same mechanics as
+// KernelListing (KernelListing::ListFolder): getdents64 on the mount, a FUSE worker
+// answers.
 //
 // Thread-safety: ReadToEnd from any thread (it only records); the listing runs on one
 // thread of its own. Stop() before the session ends; destroy after it.
