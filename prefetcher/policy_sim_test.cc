@@ -102,7 +102,9 @@ TEST_P(Theory, MatchesTheLinesOfTheDesign) {
   // c*c/2 counts reads, not distinct files, between two reads of a file; LRU's stack
   // distance is the distinct count, which the overlap of two epochs makes smaller as c
   // grows (0.40 at c = 0.75 here). So: close to c*c/2 for small c, and always below c.
-  if (c <= 0.5) EXPECT_NEAR(lru, c * c / 2, 0.05);
+  if (c <= 0.5) {
+    EXPECT_NEAR(lru, c * c / 2, 0.05);
+  }
   EXPECT_LT(lru, fixed - 0.2);
   EXPECT_LT(fixed, aware);
   EXPECT_NEAR(fixed, c, 0.03);

@@ -23,7 +23,7 @@ OpenSource OpenSourceFile(const std::filesystem::path& path) {
   if (!s.fd) throw std::runtime_error("cannot open " + path.string());
   struct stat st;
   if (::fstat(s.fd.get(), &st) != 0) throw std::runtime_error("cannot stat " + path.string());
-  s.file = SourceFile{s.fd.get(), SourceIdentity::FromStat(st)};
+  s.file = SourceFile{.fd = s.fd.get(), .id = SourceIdentity::FromStat(st), .open = nullptr};
   return s;
 }
 
