@@ -52,8 +52,8 @@ bool AttrRefresh::FolderReads::Due(Clock::time_point now) const {
   const bool quiet =
       now - last_read_ >= std::max<Clock::duration>(kQuiet, kQuietGaps * gap_);
   // A listed entry costs the daemon a little less than the GETATTR it saves (a stat in
-  // the source each), so a folder is listed only when most of it is due: the listing
-  // then costs no more CPU than the GETATTRs, and none of it is in the readers' opens.
+  // the source each), so a folder is listed mostly when much of it is due: the listing
+  // then costs about what the GETATTRs would, and none of it is in the readers' opens.
   if (entries_ == 0) {
     return pending_ >= kFirstBatch || (quiet && pending_ >= kFirstBatchQuiet);
   }
@@ -68,7 +68,10 @@ bool AttrRefresh::FolderReads::Due(Clock::time_point now) const {
   return quiet && 4 * uint64_t{pending_} >= entries_;
 }
 
-uint32_t AttrRefresh::FolderReads::StartListing() { return std::exchange(pending_, 0); }
+uint32_t AttrRefresh::FolderReads::StartListing() {
+  first_pass_reads_listed_ = first_pass_reads_;
+  return std::exchange(pending_, 0);
+}
 
 void AttrRefresh::FolderReads::Listed(const std::optional<KernelListing::Listed>& listed,
                                       Clock::duration took) {
@@ -79,7 +82,9 @@ void AttrRefresh::FolderReads::Listed(const std::optional<KernelListing::Listed>
   // One listed empty is known; one past kMaxEntries is never listed again.
   entries_ = std::max<uint64_t>(std::min(listed->entries, kMaxEntries + 1), 1);
   files_ = listed->files;
-  if (first_pass_reads_ >= files_) first_pass_ = false;
+  // The first pass ends with the listing that came after its last READ; one that came
+  // while this listing ran is for the next listing.
+  if (first_pass_reads_listed_ >= files_) first_pass_ = false;
 }
 
 void AttrRefresh::Run() {

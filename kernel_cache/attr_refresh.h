@@ -16,8 +16,9 @@
 // in the source against a stat: docs/benchmarks.md), so a folder is listed once most of
 // it is due (FolderReads::Due): three quarters of its files read to their end since its
 // last listing; or its reads went quiet with a quarter of them pending; or, in the first
-// pass over it, as many READs as it has files (the first epoch, from the source, has
-// just read the whole folder, and the next epoch may stat its last files at once). A
+// pass over it, as many READs as it has files with an eighth of them pending (the first
+// epoch, from the source, has just read the whole folder, and the next epoch may stat
+// its last files at once). A
 // folder whose open fails, or whose listing took longer than kMaxListing, is not listed
 // again. A folder never listed yet is listed after kFirstBatch such files, or
 // kFirstBatchQuiet once quiet (a restart's few READs list nothing). A folder of more
@@ -87,7 +88,8 @@ class AttrRefresh {
     // A file of the folder was read to its end.
     void Read(Clock::time_point now);
     bool Due(Clock::time_point now) const;
-    // A listing starts: the files it refreshes (pending until now).
+    // A listing starts: the files it refreshes (pending until now). READs that come
+    // while it runs stay pending: the listing may have passed their entries already.
     uint32_t StartListing();
     // The listing ended; nullopt: the folder could not be opened. `took`: how long it ran.
     void Listed(const std::optional<KernelListing::Listed>& listed, Clock::duration took);
@@ -101,6 +103,7 @@ class AttrRefresh {
     // kernel's misses (a memory limit, evictions), whose count says nothing of where an
     // epoch stands.
     uint64_t first_pass_reads_ = 0;
+    uint64_t first_pass_reads_listed_ = 0;  // of them, before the listing under way began
     bool first_pass_ = true;
     // At the last listing; 0: never listed; over kMaxEntries: not to be listed (too
     // large, too slow, or it could not be opened).

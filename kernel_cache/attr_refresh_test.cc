@@ -87,6 +87,32 @@ TEST_F(FolderReadsTest, APassThatEndsWithLittlePendingWaitsForTheQuiet) {
   ReadFiles(folder, 7);  // the pass is over with 7 pending: under an eighth
   EXPECT_FALSE(folder.Due(now_));
   EXPECT_FALSE(folder.Due(now_ + std::chrono::seconds(10)));  // under a quarter
+  // Its READs go on in the next epoch: an eighth pending (13), the pass over: listed,
+  // which ends the first pass.
+  ReadFiles(folder, 6);
+  ASSERT_TRUE(folder.Due(now_));
+  EXPECT_EQ(folder.StartListing(), 13u);
+  folder.Listed(FolderOf(100), milliseconds(1));
+  ReadFiles(folder, 26);  // a later pass: 26 of 102 entries, a quarter, listed once quiet
+  EXPECT_FALSE(folder.Due(now_));
+  EXPECT_TRUE(folder.Due(now_ + std::chrono::seconds(10)));
+}
+
+// The pass's last READs came while a listing of the folder ran (it may have passed
+// their entries already): the pass is not over at that listing, and the folder is due
+// again at once.
+TEST_F(FolderReadsTest, APassThatEndsDuringAListingIsListedAgain) {
+  FolderReads folder;
+  ReadFiles(folder, 16);
+  ASSERT_TRUE(folder.Due(now_));
+  EXPECT_EQ(folder.StartListing(), 16u);
+  ReadFiles(folder, 9);  // while it runs: the folder's other 9 files
+  folder.Listed(FolderOf(25), milliseconds(1));
+  EXPECT_TRUE(folder.Due(now_));
+  EXPECT_EQ(folder.StartListing(), 9u);
+  folder.Listed(FolderOf(25), milliseconds(1));
+  ReadFiles(folder, 4);  // the first pass is over: a later pass waits for three quarters
+  EXPECT_FALSE(folder.Due(now_));
 }
 
 TEST_F(FolderReadsTest, AFolderTooSlowToListOrGoneIsNeverListedAgain) {
