@@ -23,6 +23,13 @@ class FolderReadsTest : public ::testing::Test {
       folder.Read(now_);
     }
   }
+  // `folder` is due now and is listed at once: `refreshed` files pending, `files` files
+  // seen by the listing.
+  void ListNow(FolderReads& folder, uint32_t refreshed, uint64_t files) {
+    ASSERT_TRUE(folder.Due(now_));
+    EXPECT_EQ(folder.StartListing(), refreshed);
+    folder.Listed(FolderOf(files), milliseconds(1));
+  }
   Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
 };
 
@@ -48,24 +55,18 @@ TEST_F(FolderReadsTest, AFolderNeverListedWaitsForItsFirstBatchOrItsQuiet) {
 TEST_F(FolderReadsTest, TheEndOfTheFirstPassOverTheFolderListsItAtOnce) {
   FolderReads folder;
   ReadFiles(folder, 16);
-  ASSERT_TRUE(folder.Due(now_));
-  EXPECT_EQ(folder.StartListing(), 16u);
-  folder.Listed(FolderOf(25), milliseconds(1));
+  ListNow(folder, 16, 25);
   ReadFiles(folder, 8);
   EXPECT_FALSE(folder.Due(now_));  // 8 of 25 pending, the pass not over, not quiet
   ReadFiles(folder, 1);
-  EXPECT_TRUE(folder.Due(now_));  // the 25th file of the pass
-  EXPECT_EQ(folder.StartListing(), 9u);
-  folder.Listed(FolderOf(25), milliseconds(1));
+  ListNow(folder, 9, 25);  // at the 25th file of the pass
 
   // Later READs are the kernel's misses, spread over epochs: listed at three quarters
   // of the folder, or once quiet, whatever their count since the first pass.
   ReadFiles(folder, 20);
   EXPECT_FALSE(folder.Due(now_));
   ReadFiles(folder, 1);
-  EXPECT_TRUE(folder.Due(now_));  // 21 of 27 entries: three quarters
-  EXPECT_EQ(folder.StartListing(), 21u);
-  folder.Listed(FolderOf(25), milliseconds(1));
+  ListNow(folder, 21, 25);  // 21 of 27 entries: three quarters
   ReadFiles(folder, 7);
   EXPECT_FALSE(folder.Due(now_));  // 28 READs since the first pass: no pass's end
   EXPECT_FALSE(folder.Due(now_ + milliseconds(100)));
@@ -78,21 +79,16 @@ TEST_F(FolderReadsTest, TheEndOfTheFirstPassOverTheFolderListsItAtOnce) {
 TEST_F(FolderReadsTest, APassThatEndsWithLittlePendingWaitsForTheQuiet) {
   FolderReads folder;
   ReadFiles(folder, 16);
-  folder.StartListing();
-  folder.Listed(FolderOf(100), milliseconds(1));
-  ReadFiles(folder, 77);  // 77 of 102 entries: three quarters
-  ASSERT_TRUE(folder.Due(now_));
-  folder.StartListing();
-  folder.Listed(FolderOf(100), milliseconds(1));
+  ListNow(folder, 16, 100);
+  ReadFiles(folder, 77);
+  ListNow(folder, 77, 100);  // 77 of 102 entries: three quarters
   ReadFiles(folder, 7);  // the pass is over with 7 pending: under an eighth
   EXPECT_FALSE(folder.Due(now_));
   EXPECT_FALSE(folder.Due(now_ + std::chrono::seconds(10)));  // under a quarter
   // Its READs go on in the next epoch: an eighth pending (13), the pass over: listed,
   // which ends the first pass.
   ReadFiles(folder, 6);
-  ASSERT_TRUE(folder.Due(now_));
-  EXPECT_EQ(folder.StartListing(), 13u);
-  folder.Listed(FolderOf(100), milliseconds(1));
+  ListNow(folder, 13, 100);
   ReadFiles(folder, 26);  // a later pass: 26 of 102 entries, a quarter, listed once quiet
   EXPECT_FALSE(folder.Due(now_));
   EXPECT_TRUE(folder.Due(now_ + std::chrono::seconds(10)));
@@ -108,9 +104,7 @@ TEST_F(FolderReadsTest, APassThatEndsDuringAListingIsListedAgain) {
   EXPECT_EQ(folder.StartListing(), 16u);
   ReadFiles(folder, 9);  // while it runs: the folder's other 9 files
   folder.Listed(FolderOf(25), milliseconds(1));
-  EXPECT_TRUE(folder.Due(now_));
-  EXPECT_EQ(folder.StartListing(), 9u);
-  folder.Listed(FolderOf(25), milliseconds(1));
+  ListNow(folder, 9, 25);  // due again at once
   ReadFiles(folder, 4);  // the first pass is over: a later pass waits for three quarters
   EXPECT_FALSE(folder.Due(now_));
 }
