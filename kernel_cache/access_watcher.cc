@@ -199,15 +199,28 @@ void AccessWatcher::AllowNoiseFromNow() {
 
 void AccessWatcher::MaybePause() {
   if (!watching_.load()) return;  // a folder marked while paused sends events too
-  // An epoch is judged once, at the first batch of opens after it ended: a warm epoch
-  // can be shorter than any fixed period between looks, and a look once per period
-  // judged it an epoch or more late. The epoch's number is cheap to ask; the
-  // prefetcher's stats (its lock) are taken only then.
-  if (prefetcher_.Epoch() == checked_epoch_) return;
+  // An epoch is judged at the first batch of opens after it ended: a warm epoch can be
+  // shorter than any fixed period between looks, and a look once per period judged it
+  // an epoch or more late. The epoch's number is cheap to ask; the prefetcher's stats
+  // (its lock) are taken only then, and once more when a part of the epoch was seen.
+  if (prefetcher_.Epoch() != checked_epoch_) {
+    JudgeEndedEpoch();
+  } else if (activity_counted_from_ != kNotCounted &&
+             opens_.load(std::memory_order_relaxed) >= judge_at_opens_) {
+    judge_at_opens_ = kNotCounted;  // once an epoch
+    JudgeEpochSoFar();
+  }
+}
+
+void AccessWatcher::JudgeEndedEpoch() {
   const auto now = std::chrono::steady_clock::now();
   const prefetch::PrefetcherStats s = prefetcher_.Stats();
   checked_epoch_ = s.epoch;
   const auto epoch_time = now - std::exchange(epoch_looked_at_, now);
+  files_known_ = s.files_known;
+  opens_at_look_ = opens_.load(std::memory_order_relaxed);
+  judge_at_opens_ =
+      opens_at_look_ + std::max<uint64_t>(kMinOpensJudged, s.files_known / kEpochShareJudged);
   // READs and files readahead brought since the last epoch's end. The look after an
   // epoch's end comes with the next one's first opens, and counts their READs with the
   // epoch that ended: its last READs would otherwise count against the next one too.
@@ -216,10 +229,32 @@ void AccessWatcher::MaybePause() {
   const uint64_t counted_from = std::exchange(activity_counted_from_, activity);
   const uint64_t inner_from = std::exchange(inner_counted_from_, inner);
   if (counted_from == kNotCounted) return;  // the epoch did not start watched
-  const uint64_t noise = Noise(s.files_known);
-  if (activity - counted_from > noise || inner - inner_from > kInnerReadsPerNoise * noise) {
+  if (activity - counted_from > Noise(s.files_known) ||
+      inner - inner_from > kInnerReadsPerNoise * Noise(s.files_known)) {
     return;
   }
+  Pause(Noise(s.files_known), epoch_time);
+}
+
+void AccessWatcher::JudgeEpochSoFar() {
+  const prefetch::PrefetcherStats s = prefetcher_.Stats();
+  if (s.epoch != checked_epoch_) return;  // ended meanwhile: judged at the next batch
+  const uint64_t activity = start_reads_.load(std::memory_order_relaxed) + s.prefetched;
+  const uint64_t inner = inner_reads_.load(std::memory_order_relaxed);
+  const uint64_t noise = Noise(files_known_);
+  if (activity - activity_counted_from_ > noise ||
+      inner - inner_counted_from_ > kInnerReadsPerNoise * noise) {
+    return;
+  }
+  // The rest of the epoch is likely as quiet as its start; if not, its READs resume
+  // watching past the noise, as after a whole quiet epoch. The window the noise is
+  // allowed in is this epoch's time, guessed from its part so far.
+  const auto part = std::chrono::steady_clock::now() - epoch_looked_at_;
+  const uint64_t opens = std::max<uint64_t>(1, opens_.load(std::memory_order_relaxed) - opens_at_look_);
+  Pause(noise, part * static_cast<int64_t>(std::max(files_known_, opens) / opens));
+}
+
+void AccessWatcher::Pause(uint64_t noise, std::chrono::steady_clock::duration epoch_time) {
   // FAN_MARK_FLUSH: every inode mark of this group goes; marked_ remembers them.
   if (::fanotify_mark(fanotify_fd_.get(), FAN_MARK_FLUSH, 0, AT_FDCWD, nullptr) != 0) {
     spdlog::debug("access watcher: cannot flush marks: {}", std::strerror(errno));
@@ -233,8 +268,8 @@ void AccessWatcher::MaybePause() {
   watching_.store(false);
   marks_.store(0);
   pauses_.fetch_add(1, std::memory_order_relaxed);
-  spdlog::info("access watcher: an epoch with every file in the page cache; not watching "
-               "opens until more than {} READs reach the daemon",
+  spdlog::info("access watcher: every file of an epoch so far was in the page cache; not "
+               "watching opens until more than {} READs reach the daemon",
                noise);
   // READs that came in between found watching_ still true and did not ask to resume.
   if (start_reads_.load() > resume_after_starts_.load() ||

@@ -19,9 +19,10 @@
 // keeps reporting demand reads as accesses, and does not push pages.
 //
 // Pausing. Once a whole epoch went by with (nearly) no READ reaching the daemon and
-// (nearly) nothing for readahead to bring (the page cache holds the data set), the
-// events are worth nothing and cost every open (made in the reader's open(), read
-// here): the marks are flushed. "Nearly": READs of the start of one file in 256 of
+// (nearly) nothing for readahead to bring (the page cache holds the data set), or the
+// first quarter of an epoch after one that was watched from its start did, the events
+// are worth nothing and cost every open (made in the reader's open(), read here): the
+// marks are flushed. "Nearly": READs of the start of one file in 256 of
 // those known, and 16 times as many READs inside files (holes), because a machine with
 // proactive reclaim takes a few pages all the time. READs beyond as many again within
 // one epoch's time (the kernel dropped files, files changed) resume watching;
@@ -116,8 +117,13 @@ class AccessWatcher {
   void ReadEvents() EXCLUDES(read_mu_);
   // After events: pauses once a whole epoch passed with no more READs and files brought
   // by readahead than Noise (a READ that fills a hole in a file the kernel holds is not
-  // counted at all: KernelActivity).
+  // counted at all: KernelActivity), or once the first part of an epoch did
+  // (kEpochShareJudged of the files known).
   void MaybePause();
+  void JudgeEndedEpoch();
+  void JudgeEpochSoFar();
+  // Flushes the marks; READs beyond `noise` within `epoch_time` resume watching.
+  void Pause(uint64_t noise, std::chrono::steady_clock::duration epoch_time);
   // What a quiet epoch may still bring, of `files_known`: single files the kernel's own
   // reclaim took (a machine with proactive reclaim keeps taking some), and while paused,
   // the READs that do not resume watching.
@@ -173,6 +179,16 @@ class AccessWatcher {
   uint64_t activity_counted_from_ = kNotCounted;
   uint64_t inner_counted_from_ = 0;  // inner_reads_ then
   std::chrono::steady_clock::time_point epoch_looked_at_{};  // the last epoch's first look
+  uint64_t files_known_ = 0;    // the prefetcher's, at this epoch's first look
+  uint64_t opens_at_look_ = 0;  // opens_ then
+  // The current epoch is judged once so far, when opens_ reaches this (kNotCounted: done,
+  // or not before the epoch's first look). A first part this large with nothing reaching
+  // the daemon tells what a whole epoch would: in a warm epoch the events cost each open
+  // for nothing until its end (docs/benchmarks.md, "The watcher's pause within an
+  // epoch"). A wrong guess costs little: READs beyond the noise resume watching.
+  static constexpr uint64_t kEpochShareJudged = 4;  // a quarter of the files known
+  static constexpr uint64_t kMinOpensJudged = 64;
+  uint64_t judge_at_opens_ = kNotCounted;
   // While paused: the noise allowed, and the window it is allowed in (the quiet epoch's
   // time, within bounds).
   static constexpr auto kMinPausedWindow = std::chrono::milliseconds(1000);
