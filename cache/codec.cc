@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 #include <lz4.h>
 #include <xxhash.h>
+#if EPOCHFS_HAVE_XXH3_DISPATCH
+// Makes XXH3_64bits the library's run-time dispatch: the widest vector unit the CPU has,
+// the same hash (docs/benchmarks.md, "Checksums with the CPU's vector unit").
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cmath>

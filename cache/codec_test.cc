@@ -79,5 +79,26 @@ TEST(CodecTest, LengthsFromDiskAreNotTrusted) {
   EXPECT_FALSE(Decode(static_cast<Codec>(7), plain, 10'000, Checksum(plain)).ok());
 }
 
+// The checksum is stored in every pack entry: it must be XXH3-64 whatever code computes
+// it (the library's run-time dispatch to AVX2 or AVX-512, or its SSE2 build), or packs
+// written by one build would read as corrupt in another. Reference values from
+// XXH3_64bits of libxxhash 0.8.1's plain build, for lengths on each of XXH3's paths
+// (0, 1-16, 17-128, 129-240, and long inputs, with and without a partial stripe).
+TEST(CodecTest, ChecksumIsXxh3OfEveryLength) {
+  const std::pair<size_t, uint64_t> reference[] = {
+      {0, 0x2d06800538d394c2ULL},      {1, 0x4c5cca45d0f4811fULL},
+      {16, 0x86abf6baccea0858ULL},     {17, 0xb58bf5dc5022d071ULL},
+      {128, 0x10d17f72c0ccba41ULL},    {129, 0x1648bdc3db49d1a2ULL},
+      {240, 0xb6cfaf343fab81e6ULL},    {241, 0x956cae592c67279eULL},
+      {1024, 0x70bd377d9574f4bbULL},   {110000, 0x6232b50b02e6c76cULL},
+      {1 << 20, 0x6f7c82505ffbc516ULL},
+  };
+  for (const auto& [len, want] : reference) {
+    std::string bytes(len, '\0');
+    for (size_t i = 0; i < len; ++i) bytes[i] = static_cast<char>((i * 131 + 7) & 0xff);
+    EXPECT_EQ(Checksum(bytes), want) << len << " bytes";
+  }
+}
+
 }  // namespace
 }  // namespace epochfs::cache
