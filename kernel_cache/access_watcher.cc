@@ -18,6 +18,7 @@ namespace epochfs::kernel_cache {
 
 Result<std::unique_ptr<AccessWatcher>> AccessWatcher::Start(std::filesystem::path mountpoint,
                                                             const fs::SourceFs& fs,
+                                                            const Residency& residency,
                                                             prefetch::Prefetcher& prefetcher) {
   UniqueFd fan(::fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_FID,
                                O_RDONLY | O_CLOEXEC));
@@ -25,16 +26,17 @@ Result<std::unique_ptr<AccessWatcher>> AccessWatcher::Start(std::filesystem::pat
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake) return Status::FromErrno(errno, "eventfd");
   return std::unique_ptr<AccessWatcher>(new AccessWatcher(
-      std::move(mountpoint), std::move(fan), std::move(wake), fs, prefetcher));
+      std::move(mountpoint), std::move(fan), std::move(wake), fs, residency, prefetcher));
 }
 
 AccessWatcher::AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd,
                              UniqueFd wake_fd, const fs::SourceFs& fs,
-                             prefetch::Prefetcher& prefetcher)
+                             const Residency& residency, prefetch::Prefetcher& prefetcher)
     : mountpoint_(std::move(mountpoint)),
       fanotify_fd_(std::move(fanotify_fd)),
       wake_fd_(std::move(wake_fd)),
       fs_(fs),
+      residency_(residency),
       prefetcher_(prefetcher),
       thread_([this] { Run(); }) {}
 
@@ -219,6 +221,7 @@ void AccessWatcher::JudgeEndedEpoch() {
   const auto epoch_time = now - std::exchange(epoch_looked_at_, now);
   files_known_ = s.files_known;
   opens_at_look_ = opens_.load(std::memory_order_relaxed);
+  not_held_at_look_ = opens_not_held_.load(std::memory_order_relaxed);
   judge_at_opens_ =
       opens_at_look_ + std::max<uint64_t>(kMinOpensJudged, s.files_known / kEpochShareJudged);
   // READs and files readahead brought since the last epoch's end. The look after an
@@ -242,8 +245,11 @@ void AccessWatcher::JudgeEpochSoFar() {
   const uint64_t activity = start_reads_.load(std::memory_order_relaxed) + s.prefetched;
   const uint64_t inner = inner_reads_.load(std::memory_order_relaxed);
   const uint64_t noise = Noise(files_known_);
+  // The READs of the part's last opens may still be on their way; its opens of files the
+  // kernel did not hold tell at once.
   if (activity - activity_counted_from_ > noise ||
-      inner - inner_counted_from_ > kInnerReadsPerNoise * noise) {
+      inner - inner_counted_from_ > kInnerReadsPerNoise * noise ||
+      opens_not_held_.load(std::memory_order_relaxed) - not_held_at_look_ > noise) {
     return;
   }
   // The rest of the epoch is likely as quiet as its start; if not, its READs resume
@@ -361,6 +367,7 @@ void AccessWatcher::ReadEvents() {
       std::shared_ptr<fs::Inode> inode = fs_.inodes().Find(nodeid);
       if (!inode || inode->is_dir) continue;  // a control file, or forgotten already
       opens_.fetch_add(1, std::memory_order_relaxed);
+      if (!residency_.HoldsWhole(*inode)) opens_not_held_.fetch_add(1, std::memory_order_relaxed);
       opened.push_back({prefetch::FileKey{inode->dev, inode->ino}, fs_.RelativePath(*inode)});
     }
     // A buffer's events at once: one lock and one wake-up of the readahead.

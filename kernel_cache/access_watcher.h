@@ -55,6 +55,7 @@
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "fs/inode_table.h"
+#include "kernel_cache/residency.h"
 #include "prefetcher/prefetcher.h"
 
 namespace epochfs::fs {
@@ -67,8 +68,11 @@ namespace epochfs::kernel_cache {
 class AccessWatcher {
  public:
   // Starts the thread. `fs` (for node ids and paths) and `prefetcher` outlive it.
+  // `residency` tells whether the kernel holds an opened file (a quiet part of an epoch
+  // opens only such files).
   static Result<std::unique_ptr<AccessWatcher>> Start(std::filesystem::path mountpoint,
                                                       const fs::SourceFs& fs,
+                                                      const Residency& residency,
                                                       prefetch::Prefetcher& prefetcher);
   ~AccessWatcher();
   AccessWatcher(const AccessWatcher&) = delete;
@@ -104,7 +108,8 @@ class AccessWatcher {
 
  private:
   AccessWatcher(std::filesystem::path mountpoint, UniqueFd fanotify_fd, UniqueFd wake_fd,
-                const fs::SourceFs& fs, prefetch::Prefetcher& prefetcher);
+                const fs::SourceFs& fs, const Residency& residency,
+                prefetch::Prefetcher& prefetcher);
   void Run();
   void MarkQueued() EXCLUDES(mu_);
   // Makes the mark of directory node `nodeid`; false if the kernel refused it.
@@ -135,6 +140,7 @@ class AccessWatcher {
   UniqueFd fanotify_fd_;
   UniqueFd wake_fd_;  // eventfd: something queued, or stop
   const fs::SourceFs& fs_;
+  const Residency& residency_;
   prefetch::Prefetcher& prefetcher_;
 
   Mutex read_mu_;  // ReadEvents
@@ -156,6 +162,11 @@ class AccessWatcher {
   std::unordered_set<uint64_t> waited_out_ GUARDED_BY(mu_);  // of unmarked_: not waited for
   std::atomic<size_t> unmarked_count_{0};  // unmarked_.size(), read without the lock
   std::atomic<uint64_t> opens_{0}, marks_{0}, mark_failures_{0}, pauses_{0};
+  // Opens of files the kernel was not known to hold whole when their event was read: a
+  // file whose READs are still to come (a reader that opens ahead of its reads), or
+  // one the kernel lost. A part of an epoch with such opens is not quiet, whatever the
+  // READs counted so far say.
+  std::atomic<uint64_t> opens_not_held_{0};
   // The watcher thread's own: FAN_MARK_EVICTABLE, or 0 once the kernel refused it.
   unsigned evictable_ = FAN_MARK_EVICTABLE;
   // READs that reached the daemon: of a file's start (a file the kernel lacks), and inside
@@ -181,6 +192,7 @@ class AccessWatcher {
   std::chrono::steady_clock::time_point epoch_looked_at_{};  // the last epoch's first look
   uint64_t files_known_ = 0;    // the prefetcher's, at this epoch's first look
   uint64_t opens_at_look_ = 0;  // opens_ then
+  uint64_t not_held_at_look_ = 0;  // opens_not_held_ then
   // The current epoch is judged once so far, when opens_ reaches this (kNotCounted: done,
   // or not before the epoch's first look). A first part this large with nothing reaching
   // the daemon tells what a whole epoch would: in a warm epoch the events cost each open

@@ -62,7 +62,7 @@ void KernelCache::Start(const Mount& mount) {
   if (mount.open_mode) {
     activity_->ReportOpensAsAccesses(true);
   } else {
-    auto access = AccessWatcher::Start(mount.mountpoint, *mount.fs, *mount.prefetcher);
+    auto access = AccessWatcher::Start(mount.mountpoint, *mount.fs, *residency_, *mount.prefetcher);
     if (!access.ok()) {
       spdlog::warn("no pushing into the page cache: cannot see opens without fanotify ({})",
                    access.status().ToString());

@@ -1588,6 +1588,56 @@ TEST_P(PushTest, TheAccessWatcherPausesWithinTheFirstQuietEpochAndAHoleDoesNotWa
   EXPECT_EQ(s["access_paused"], 0) << s.dump();
 }
 
+// A reader that opens files well ahead of its reads (a loader's queue of open files)
+// shows the watcher a quarter of an epoch's opens before any of their READs: that part
+// is not quiet. The watcher tells by what the kernel holds of the files opened, not
+// only by the READs counted so far; here every file changed underneath after the first
+// epoch, so the kernel holds none of them. (Before, it paused there, and the READs that
+// then came counted each file a second time.)
+TEST_P(PushTest, AReaderThatOpensAheadOfItsReadsDoesNotPauseTheAccessWatcher) {
+  if (GetParam() == std::string("open")) {
+    GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
+  }
+  auto names = MakeFiles(300, 4, kSize);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  ShuffledEpoch(names, 1);  // every file READ from the source
+  std::map<std::string, std::string> changed;
+  for (size_t i = 0; i < names.size(); ++i) {
+    changed[names[i]] = RandomBytes(kSize, 800'000 + static_cast<int>(i));
+    WriteFile(src_ / names[i], changed[names[i]]);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the change watcher's latency
+  const auto before = m->Stats();
+  std::shuffle(names.begin(), names.end(), std::mt19937_64(2));
+  std::vector<int> fds;
+  const auto open_up_to = [&](size_t count) {
+    while (fds.size() < count) {
+      fds.push_back(::open((mnt_ / names[fds.size()]).c_str(), O_RDONLY | O_CLOEXEC));
+      ASSERT_GE(fds.back(), 0) << names[fds.size() - 1];
+    }
+  };
+  open_up_to(16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the epoch's first look
+  open_up_to(names.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // every open's event read
+  const auto opened = m->Stats();
+  EXPECT_EQ(opened["access_pauses"], before["access_pauses"]) << opened.dump();
+  for (size_t i = 0; i < fds.size(); ++i) {
+    std::string bytes(kSize + 1, '\0');
+    EXPECT_EQ(::pread(fds[i], bytes.data(), bytes.size(), 0), static_cast<ssize_t>(kSize));
+    bytes.resize(kSize);
+    EXPECT_TRUE(bytes == changed[names[i]]) << names[i] << ": stale or wrong bytes";
+    ::close(fds[i]);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto read = m->Stats();
+  EXPECT_EQ(read["access_pauses"], before["access_pauses"]) << read.dump();
+  EXPECT_EQ(read["access_opens"].get<uint64_t>() - before["access_opens"].get<uint64_t>(), 300u)
+      << read.dump();
+  EXPECT_EQ(read["epoch"].get<uint64_t>(), before["epoch"].get<uint64_t>() + 1) << read.dump();
+}
+
 // An epoch too small for a look at its first quarter (fewer than 64 files) is judged
 // when it ends, at the next epoch's first batch of opens, however short it was: here 48
 // files, epochs back to back of a few ms each (a fixed period between looks would judge
