@@ -256,7 +256,8 @@ void AccessWatcher::JudgeEpochSoFar() {
   // watching past the noise, as after a whole quiet epoch. The window the noise is
   // allowed in is this epoch's time, guessed from its part so far.
   const auto part = std::chrono::steady_clock::now() - epoch_looked_at_;
-  const uint64_t opens = std::max<uint64_t>(1, opens_.load(std::memory_order_relaxed) - opens_at_look_);
+  const uint64_t opens =
+      std::max<uint64_t>(1, opens_.load(std::memory_order_relaxed) - opens_at_look_);
   Pause(noise, part * static_cast<int64_t>(std::max(files_known_, opens) / opens));
 }
 

@@ -20,7 +20,8 @@
 //
 // Pausing. Once a whole epoch went by with (nearly) no READ reaching the daemon and
 // (nearly) nothing for readahead to bring (the page cache holds the data set), or the
-// first quarter of an epoch after one that was watched from its start did, the events
+// first quarter of an epoch after one that was watched from its start did (and opened
+// only files the kernel holds whole: their READs may still be on their way), the events
 // are worth nothing and cost every open (made in the reader's open(), read here): the
 // marks are flushed. "Nearly": READs of the start of one file in 256 of
 // those known, and 16 times as many READs inside files (holes), because a machine with
