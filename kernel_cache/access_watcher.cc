@@ -379,9 +379,10 @@ void AccessWatcher::ReadEvents() {
 void AccessWatcher::VisitCounters(const AccessWatcher* watcher, const CounterVisitor& visit) {
   constexpr auto kCounter = CounterKind::kCounter;
   constexpr auto kGauge = CounterKind::kGauge;
-  uint64_t opens = 0, marks = 0, failures = 0, pauses = 0, paused = 0;
+  uint64_t opens = 0, not_held = 0, marks = 0, failures = 0, pauses = 0, paused = 0;
   if (watcher) {
     opens = watcher->opens_.load();
+    not_held = watcher->opens_not_held_.load();
     marks = watcher->marks_.load();
     failures = watcher->mark_failures_.load();
     pauses = watcher->pauses_.load();
@@ -390,6 +391,10 @@ void AccessWatcher::VisitCounters(const AccessWatcher* watcher, const CounterVis
   visit(CounterInfo{"access_opens", "Opens of files through the mount seen by fanotify.", kCounter}
             .Show({.row = "opens seen", .label = ""}),
         opens);
+  visit(CounterInfo{"access_opens_not_held",
+                    "Of those, opens of files the kernel was not known to hold whole.", kCounter}
+            .Show({.row = "opens seen", .label = "not held"}),
+        not_held);
   visit(CounterInfo{"access_marks", "Directories of the mount marked for fanotify.", kGauge}
             .Show({.row = "opens seen", .label = "directories"}),
         marks);

@@ -427,6 +427,7 @@ const std::vector<std::string> kStatsKeys = {
     "access_mark_failures",
     "access_marks",
     "access_opens",
+    "access_opens_not_held",
     "access_paused",
     "access_pauses",
     "access_rate",

@@ -834,6 +834,9 @@ class PushTest : public StreamTest {
   static uint64_t HoleReads(const nlohmann::json& s) {
     return s["kernel_hole_reads"].get<uint64_t>();
   }
+  static uint64_t NotHeldOpens(const nlohmann::json& s) {
+    return s["access_opens_not_held"].get<uint64_t>();
+  }
   static uint64_t FileReads(const nlohmann::json& s) {
     return s["ram_hits"].get<uint64_t>() + s["ssd_hits"].get<uint64_t>() +
            s["misses"].get<uint64_t>();
@@ -1526,24 +1529,30 @@ TEST_P(PushTest, TheAccessWatcherPausesWithinTheFirstQuietEpochAndAHoleDoesNotWa
           quiet["prefetched"].get<uint64_t>() - filled["prefetched"].get<uint64_t>() > 1) {
     GTEST_SKIP() << "the kernel let files go during the quiet epoch: " << quiet.dump();
   }
+  if (NotHeldOpens(quiet) - NotHeldOpens(filled) > 1) {
+    // Files whose READ replies the first epoch handled out of order (busy CPUs) are not
+    // known whole: their opens keep the first quarter from counting as quiet.
+    GTEST_SKIP() << "opens of files not known held: " << quiet.dump();
+  }
   EXPECT_EQ(quiet["access_pauses"], 1) << quiet.dump();
-  // Paused after the epoch's first quarter (75 opens of 300) and a batch or two: the
-  // rest of its opens made no event.
-  EXPECT_LT(quiet["access_opens"].get<uint64_t>() - filled["access_opens"].get<uint64_t>(), 200u)
-      << quiet.dump();
   if (quiet["access_paused"] != 1) {
     // Resumed: only by READs beyond the noise (1 start, 16 inside files), on a busy
     // machine whose reclaim took pages meanwhile.
     EXPECT_GT(FileReads(quiet) - FileReads(filled), 1u) << quiet.dump();
     GTEST_SKIP() << "READs beyond the noise resumed it: " << quiet.dump();
   }
+  // Paused after the epoch's first quarter (75 opens of 300) and a batch or two: the
+  // rest of its opens made no event.
+  EXPECT_LT(quiet["access_opens"].get<uint64_t>() - filled["access_opens"].get<uint64_t>(), 200u)
+      << quiet.dump();
   ShuffledEpoch(names, 3);
   const auto third = m->Stats();
-  EXPECT_EQ(third["access_opens"], quiet["access_opens"]) << third.dump();  // no events
   if (third["access_paused"] != 1) {
+    // Resumed, as above: its opens are seen again.
     EXPECT_GT(FileReads(third) - FileReads(quiet), 1u) << third.dump();
     GTEST_SKIP() << "READs beyond the noise resumed it: " << third.dump();
   }
+  EXPECT_EQ(third["access_opens"], quiet["access_opens"]) << third.dump();  // no events
 
   const std::string& name = names[17];
   const int fd = ::open((mnt_ / name).c_str(), O_RDONLY);
@@ -1728,13 +1737,15 @@ TEST_P(PushTest, AFewReadsOfFilesTheKernelLostAreNoiseToTheAccessWatcher) {
     // Files the first epoch's READs did not fill in order (busy CPUs) are read ahead.
     GTEST_SKIP() << "more than the one file reached the daemon: " << second.dump();
   }
+  if (NotHeldOpens(second) - NotHeldOpens(first) > 4) {
+    GTEST_SKIP() << "opens of files not known held (READs out of order): " << second.dump();
+  }
   // Paused within the second epoch, after its first quarter: the one READ was noise,
   // before the pause or after it.
   ASSERT_EQ(second["access_pauses"], 1) << second.dump();
   ShuffledEpoch(names, 3);  // paused from its start
   const auto third = m->Stats();
   ASSERT_EQ(third["access_pauses"], 1) << third.dump();
-  EXPECT_EQ(third["access_opens"], second["access_opens"]) << third.dump();
   const auto lost_reads = [](const nlohmann::json& a, const nlohmann::json& b) {
     return FileReads(b) - FileReads(a) - (HoleReads(b) - HoleReads(a));
   };
@@ -1743,6 +1754,7 @@ TEST_P(PushTest, AFewReadsOfFilesTheKernelLostAreNoiseToTheAccessWatcher) {
     EXPECT_GT(FileReads(third) - FileReads(second), 4u) << third.dump();
     GTEST_SKIP() << "the kernel let more files go: " << third.dump();
   }
+  EXPECT_EQ(third["access_opens"], second["access_opens"]) << third.dump();  // no events
 
   // Paused: four READs of files the kernel lost in an epoch's time leave it paused, and
   // so do four more in the next; more than four at once resume it.
