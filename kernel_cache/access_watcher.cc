@@ -232,11 +232,11 @@ void AccessWatcher::JudgeEndedEpoch() {
   const uint64_t counted_from = std::exchange(activity_counted_from_, activity);
   const uint64_t inner_from = std::exchange(inner_counted_from_, inner);
   if (counted_from == kNotCounted) return;  // the epoch did not start watched
-  if (activity - counted_from > Noise(s.files_known) ||
-      inner - inner_from > kInnerReadsPerNoise * Noise(s.files_known)) {
+  const uint64_t noise = Noise(s.files_known);
+  if (activity - counted_from > noise || inner - inner_from > kInnerReadsPerNoise * noise) {
     return;
   }
-  Pause(Noise(s.files_known), epoch_time);
+  Pause(noise, epoch_time);
 }
 
 void AccessWatcher::JudgeEpochSoFar() {

@@ -23,6 +23,7 @@
 #include <random>
 #include <thread>
 
+#include "base/unique_fd.h"
 #include "tests/mount_fixture.h"
 
 namespace epochfs::testing {
@@ -1619,25 +1620,28 @@ TEST_P(PushTest, AReaderThatOpensAheadOfItsReadsDoesNotPauseTheAccessWatcher) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the change watcher's latency
   const auto before = m->Stats();
   std::shuffle(names.begin(), names.end(), std::mt19937_64(2));
-  std::vector<int> fds;
+  // Owned, so that a failure anywhere still closes them before the unmount.
+  std::vector<UniqueFd> fds;
   const auto open_up_to = [&](size_t count) {
     while (fds.size() < count) {
-      fds.push_back(::open((mnt_ / names[fds.size()]).c_str(), O_RDONLY | O_CLOEXEC));
-      ASSERT_GE(fds.back(), 0) << names[fds.size() - 1];
+      fds.emplace_back(::open((mnt_ / names[fds.size()]).c_str(), O_RDONLY | O_CLOEXEC));
+      ASSERT_TRUE(fds.back().valid()) << names[fds.size() - 1];
     }
   };
   open_up_to(16);
+  if (HasFatalFailure()) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the epoch's first look
   open_up_to(names.size());
+  if (HasFatalFailure()) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // every open's event read
   const auto opened = m->Stats();
   EXPECT_EQ(opened["access_pauses"], before["access_pauses"]) << opened.dump();
   for (size_t i = 0; i < fds.size(); ++i) {
     std::string bytes(kSize + 1, '\0');
-    EXPECT_EQ(::pread(fds[i], bytes.data(), bytes.size(), 0), static_cast<ssize_t>(kSize));
+    EXPECT_EQ(::pread(fds[i].get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(kSize));
     bytes.resize(kSize);
     EXPECT_TRUE(bytes == changed[names[i]]) << names[i] << ": stale or wrong bytes";
-    ::close(fds[i]);
+    fds[i].reset();
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto read = m->Stats();
