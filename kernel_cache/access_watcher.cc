@@ -138,7 +138,8 @@ void AccessWatcher::Run() {
     if (fds[0].revents & POLLIN) {
       // Interrupt moderation: a busy reader opens tens of thousands of files a second,
       // and poll() returns at each one. Reading at most once per kEventBatchPeriod
-      // lets each read take a batch (one lock, one wake-up of the readahead); a wake-up
+      // lets each read take a batch (handed over in handfuls: one lock, one wake-up of
+      // the readahead each); a wake-up
       // per open cost a warm epoch much of its speed (docs/benchmarks.md, "Figures
       // behind design choices"). The prefetcher learns of an open at most that much
       // later.
@@ -159,8 +160,7 @@ void AccessWatcher::Run() {
         MarkQueued();
       }
       last_read_ = std::chrono::steady_clock::now();
-      ReadEvents();
-      MaybePause();
+      ReadEvents(/*judge=*/true);
     }
   }
 }
@@ -335,17 +335,25 @@ bool AccessWatcher::Mark(uint64_t nodeid) {
   return false;
 }
 
-void AccessWatcher::Drain() { ReadEvents(); }
+void AccessWatcher::Drain() { ReadEvents(/*judge=*/false); }
 
-void AccessWatcher::ReadEvents() {
+void AccessWatcher::ReadEvents(bool judge) {
   MutexLock lock(read_mu_);
   alignas(struct fanotify_event_metadata) char buf[16384];
   const pid_t self = ::getpid();
   std::vector<prefetch::Prefetcher::Opened> opened;
+  // A handful of opens at once: one lock and one wake-up of the readahead. Judged after
+  // each handful, not after all queued (a thread kept off the CPU finds a whole epoch
+  // queued): an epoch's first look and its quarter come where they fall among the opens.
+  const auto hand_over = [&] {
+    if (opened.empty()) return;
+    prefetcher_.OnOpens(opened);
+    opened.clear();
+    if (judge) MaybePause();
+  };
   while (true) {
     const ssize_t len = ::read(fanotify_fd_.get(), buf, sizeof(buf));
     if (len <= 0) return;  // EAGAIN: drained
-    opened.clear();
     const auto* event = reinterpret_cast<const struct fanotify_event_metadata*>(buf);
     ssize_t left = len;
     for (; FAN_EVENT_OK(event, left); event = FAN_EVENT_NEXT(event, left)) {
@@ -370,9 +378,9 @@ void AccessWatcher::ReadEvents() {
       opens_.fetch_add(1, std::memory_order_relaxed);
       if (!residency_.HoldsWhole(*inode)) opens_not_held_.fetch_add(1, std::memory_order_relaxed);
       opened.push_back({prefetch::FileKey{inode->dev, inode->ino}, fs_.RelativePath(*inode)});
+      if (opened.size() == kOpensHandedOver) hand_over();
     }
-    // A buffer's events at once: one lock and one wake-up of the readahead.
-    if (!opened.empty()) prefetcher_.OnOpens(opened);
+    hand_over();
   }
 }
 

@@ -118,9 +118,11 @@ class AccessWatcher {
   void LeftUnmarkedLocked(uint64_t nodeid) REQUIRES(mu_);
   // Wakes the thread to put the marks back, once per pause.
   void AskToResume();
-  // Reads every queued event and hands the opens to the prefetcher. One caller at a time
-  // (read_mu_): events read by one are handed over before another reads more.
-  void ReadEvents() EXCLUDES(read_mu_);
+  // Reads every queued event and hands the opens to the prefetcher, kOpensHandedOver at a
+  // time; with `judge` (the watcher thread only), MaybePause after each handful. One
+  // caller at a time (read_mu_): events read by one are handed over before another reads
+  // more.
+  void ReadEvents(bool judge) EXCLUDES(read_mu_);
   // After events: pauses once a whole epoch passed with no more READs and files brought
   // by readahead than Noise (a READ that fills a hole in a file the kernel holds is not
   // counted at all: KernelActivity), or once the first part of an epoch did
@@ -210,6 +212,9 @@ class AccessWatcher {
   std::chrono::milliseconds paused_window_{kMinPausedWindow};
   // The watcher thread's own: when it last read events (see Run).
   static constexpr auto kEventBatchPeriod = std::chrono::milliseconds(4);
+  // Opens handed to the prefetcher at once: an epoch's first look comes at most this many
+  // opens into it, however many events queued.
+  static constexpr size_t kOpensHandedOver = 64;
   static constexpr auto kMarkWait = std::chrono::milliseconds(20);
   std::chrono::steady_clock::time_point last_read_{};
   std::thread thread_;
