@@ -283,6 +283,7 @@ def materialize(
     jobs = ((make_bytes, seed, i, pf) for i, pf in enumerate(plan))
     pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
     contents = pool.imap(_make_one, jobs, chunksize=8) if pool else map(_make_one, jobs)
+    done = False
     try:
         for i, (pf, data) in enumerate(zip(plan, contents)):
             _write_one(roots, pf, data)
@@ -294,9 +295,16 @@ def materialize(
             if progress and (now - last >= 2.0 or i == n - 1):
                 last = now
                 progress(f"{name}: {i + 1}/{n} files, {written / 1e6:.0f} MB, {now - t0:.1f} s")
+        done = True
     finally:
         if pool is not None:
-            pool.terminate()  # also on Ctrl-C: no generator process outlives us
+            if done:
+                # Every job handed out: the workers leave at the end of the queue. (A
+                # terminate() here once left bigdata_bench waiting forever on a worker
+                # that never got its SIGTERM.)
+                pool.close()
+            else:
+                pool.terminate()  # Ctrl-C or an error: no generator process outlives us
             pool.join()
     return Manifest(
         name=name,
