@@ -139,10 +139,9 @@ void AccessWatcher::Run() {
       // Interrupt moderation: a busy reader opens tens of thousands of files a second,
       // and poll() returns at each one. Reading at most once per kEventBatchPeriod
       // lets each read take a batch (handed over in handfuls: one lock, one wake-up of
-      // the readahead each); a wake-up
-      // per open cost a warm epoch much of its speed (docs/benchmarks.md, "Figures
-      // behind design choices"). The prefetcher learns of an open at most that much
-      // later.
+      // the readahead each); a wake-up per open cost a warm epoch much of its speed
+      // (docs/benchmarks.md, "Figures behind design choices"). The prefetcher learns of
+      // an open at most that much later.
       // A folder the kernel just looked up does not wait for the batch: until it is
       // marked, the opens in it are seen only through their READs (OnDemandRead).
       const auto deadline = last_read_ + kEventBatchPeriod;
