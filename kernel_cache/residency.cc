@@ -19,6 +19,18 @@ bool Residency::NoteRead(fs::Inode& node, uint64_t offset, uint64_t bytes, uint6
     hole_reads_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  // A READ of the start of a file held whole that ends before the file does: the kernel
+  // lacked its first pages and kept the rest (reclaim that takes single pages), or it
+  // lost the whole file and a small read asks for it a window at a time (the READs
+  // after this one then fill the rest, as holes). Either way, once they are answered
+  // the kernel holds the whole file: still believed so. Otherwise the READs covering the
+  // rest never come (the kernel has those pages) and the file would stay "not known
+  // whole" for good, its next open counting against a quiet epoch (docs/benchmarks.md,
+  // "A warm epoch watched from end to end after reclaim took files' first pages").
+  if (offset == 0 && bytes < file_size && counts_reads_.load(std::memory_order_relaxed) &&
+      HoldsWhole(node)) {
+    return false;
+  }
   // A READ means the kernel lacks that page: whatever it held of the file, it is not the
   // whole any more (reclaimed, or never all there). Only this file's belief goes: voiding
   // every older one as well (the kernel reclaims the least recently used first) was

@@ -6,7 +6,8 @@
 // once READ replies covered it from 0 to its end, or a push stored it, and no longer once
 // the mount dropped its pages (an invalidation, an open without keep_cache, a change
 // through the mount: fs records those on the node, fs::KernelPagesRecord::Dropped) or a
-// READ of its start showed the kernel had lost it (a READ further in fills a hole). What
+// READ of its whole showed the kernel had lost it (a READ further in, or of its first
+// pages only, fills a hole). What
 // the kernel's own reclaim takes is not seen; at most `budget` bytes are believed held,
 // those delivered last (a clock of bytes delivered: a file is held while less than
 // `budget` bytes came after it). A wrong "held" costs one demand READ, never a wrong

@@ -28,11 +28,11 @@ TEST(Residency, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
   EXPECT_FALSE(residency.HoldsWhole(*a));
   EXPECT_TRUE(residency.NoteRead(*a, 128, 72, 200));
   EXPECT_TRUE(residency.HoldsWhole(*a));
-  // A READ of its start: the kernel lacks that page now, and most likely the rest
-  // (reclaimed with it); read again from 0, whole.
+  // A READ of its first pages only: the kernel lost them and kept the rest, or the
+  // READs after it bring the rest (as holes): held whole either way.
   EXPECT_FALSE(residency.NoteRead(*a, 0, 128, 200));
-  EXPECT_FALSE(residency.HoldsWhole(*a));
-  EXPECT_TRUE(residency.NoteRead(*a, 128, 72, 200));
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_FALSE(residency.NoteRead(*a, 128, 72, 200));  // a hole
   EXPECT_TRUE(residency.HoldsWhole(*a));
   a->kernel_pages.Dropped();
   EXPECT_FALSE(residency.HoldsWhole(*a));
@@ -49,7 +49,7 @@ TEST(Residency, AFileIsHeldWholeOnceReadsCoverItFromTheStart) {
 // Reclaim that takes single pages (proactive reclaim such as DAMON's, or the edge of an
 // LRU sweep) leaves holes inside files the kernel otherwise holds. A READ inside a file
 // held whole fills its hole; the rest is still there: still held, and readahead does not
-// push the whole file again next epoch. A READ of its start means more went.
+// push the whole file again next epoch. So does a READ of its first pages only.
 TEST(Residency, AReadInsideAFileHeldWholeFillsAHoleAndTheFileStaysHeld) {
   InodeTable table = MakeTable();
   Residency residency;
@@ -63,7 +63,17 @@ TEST(Residency, AReadInsideAFileHeldWholeFillsAHoleAndTheFileStaysHeld) {
   EXPECT_FALSE(residency.NoteRead(*a, 8192, 100, 10'000));  // another
   EXPECT_TRUE(residency.HoldsWhole(*a));
   EXPECT_EQ(residency.hole_reads(), 2u);
-  EXPECT_FALSE(residency.NoteRead(*a, 0, 4096, 10'000));  // its start: gone
+  // Its first pages only: the rest is still there (or the READs after this one bring
+  // it): still held, and no hole counted (the READ is at its start).
+  EXPECT_FALSE(residency.NoteRead(*a, 0, 512, 1000));
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  EXPECT_EQ(residency.hole_reads(), 2u);
+  // The whole file READ from its start: the kernel had lost it, and holds it again now.
+  EXPECT_TRUE(residency.NoteRead(*a, 0, 1000, 1000));
+  EXPECT_TRUE(residency.HoldsWhole(*a));
+  // Not known whole (dropped): a READ of its first pages does not make it so.
+  a->kernel_pages.Dropped();
+  EXPECT_FALSE(residency.NoteRead(*a, 0, 512, 1000));
   EXPECT_FALSE(residency.HoldsWhole(*a));
   EXPECT_FALSE(residency.FillsHole(*a, 4096));
   // Under a memory limit the group's own reclaim takes what readahead pushed: a READ
@@ -74,6 +84,9 @@ TEST(Residency, AReadInsideAFileHeldWholeFillsAHoleAndTheFileStaysHeld) {
   limited.NoteHeldWhole(*b, 1000);
   EXPECT_FALSE(limited.FillsHole(*b, 4096));
   limited.NoteRead(*b, 4096, 100, 10'000);
+  EXPECT_FALSE(limited.HoldsWhole(*b));
+  limited.NoteHeldWhole(*b, 1000);
+  limited.NoteRead(*b, 0, 100, 10'000);  // its first pages: the same
   EXPECT_FALSE(limited.HoldsWhole(*b));
 }
 
