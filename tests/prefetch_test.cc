@@ -1825,10 +1825,11 @@ TEST_P(PushTest, TheAccessWatcherJudgesASmallEpochAsSoonAsItEndsHoweverShort) {
       << " ms; " << third.dump();
 }
 
-// Reclaim that takes a file's first pages sends a READ of its start, which is no hole:
-// the file is pushed whole again. A few of those in an epoch, one in 256 of the files
-// known or fewer, are noise: the epoch still counts as quiet, and a paused watcher stays
-// paused until more READs than that reach the daemon within an epoch's time.
+// Reclaim that takes a file's first pages sends a READ of its start, which the watcher
+// counts as a file the kernel lost (the stricter noise; the file itself is still believed
+// held whole). A few of those in an epoch, one in 256 of the files known or fewer, are
+// noise: the epoch still counts as quiet, and a paused watcher stays paused until more
+// READs than that reach the daemon within an epoch's time.
 TEST_P(PushTest, AFewReadsOfFilesTheKernelLostAreNoiseToTheAccessWatcher) {
   if (GetParam() == std::string("open")) {
     GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
@@ -1866,7 +1867,7 @@ TEST_P(PushTest, AFewReadsOfFilesTheKernelLostAreNoiseToTheAccessWatcher) {
       });
   lose_start(lost);
   const auto second_began = std::chrono::steady_clock::now();
-  ShuffledEpoch(names, 2);  // a READ of a file's start, then, next epoch, its push
+  ShuffledEpoch(names, 2);  // a READ of a file's start
   std::this_thread::sleep_for(kLook);
   // The paused watcher's window: the quiet epoch's time, as its looks saw it, >= 1 s.
   const auto window = std::max<std::chrono::steady_clock::duration>(
