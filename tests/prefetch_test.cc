@@ -887,6 +887,14 @@ class PushTest : public StreamTest {
     return s["ram_hits"].get<uint64_t>() + s["ssd_hits"].get<uint64_t>() +
            s["misses"].get<uint64_t>();
   }
+  // A shuffled epoch (`seed`), then the mount's stats once the access watcher has read
+  // the epoch's last events (it reads them in batches): the epochs' events stay apart.
+  nlohmann::json EpochThenStats(const Mount& m, const std::vector<std::string>& names,
+                                uint64_t seed) {
+    ShuffledEpoch(names, seed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    return m.Stats();
+  }
   // Why an epoch of 300 files the kernel held (stats `quiet`, after `filled`) was not
   // the quiet epoch a test of the watcher's pause needs; nullopt if it was. Holes filled
   // do not count, and one file in 256 (here 1) READ or read ahead is noise. Files whose
@@ -1579,13 +1587,9 @@ TEST_P(PushTest, TheAccessWatcherPausesWithinTheFirstQuietEpochAndAHoleDoesNotWa
   // The pause keeps the epochs' events (and READs) apart: the watcher reads its events
   // in batches.
   constexpr auto kLook = std::chrono::milliseconds(150);
-  ShuffledEpoch(names, 1);  // every file READ from the source
-  std::this_thread::sleep_for(kLook);
-  const auto filled = m->Stats();
+  const auto filled = EpochThenStats(*m, names, 1);  // every file READ from the source
   ASSERT_EQ(filled["access_paused"], 0) << filled.dump();
-  ShuffledEpoch(names, 2);  // every file in the page cache
-  std::this_thread::sleep_for(kLook);
-  const auto quiet = m->Stats();
+  const auto quiet = EpochThenStats(*m, names, 2);  // every file in the page cache
   if (const auto why = NotQuiet(filled, quiet)) GTEST_SKIP() << *why;
   EXPECT_EQ(quiet["access_pauses"], 1) << quiet.dump();
   if (quiet["access_paused"] != 1) {
@@ -1663,9 +1667,7 @@ TEST_P(PushTest, TheAccessWatcherJudgesAnEpochWhoseEventsItReadAllAtOnce) {
   const auto names = MakeFiles(300, 4, kSize);
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
-  ShuffledEpoch(names, 1);  // every file READ from the source
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // its last events read
-  const auto filled = m->Stats();
+  const auto filled = EpochThenStats(*m, names, 1);  // every file READ from the source
   {
     StoppedThread watcher(filled["pid"].get<int>(), "access-watch");
     if (!watcher.ok()) GTEST_SKIP() << "cannot hold the watcher's thread: " << watcher.why_not();
@@ -1694,13 +1696,8 @@ TEST_P(PushTest, AfterReclaimTookFilesFirstPagesTheNextQuietEpochStillPauses) {
   const auto names = MakeFiles(300, 4, kSize);
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
-  constexpr auto kLook = std::chrono::milliseconds(150);
-  ShuffledEpoch(names, 1);  // every file READ from the source
-  std::this_thread::sleep_for(kLook);
-  const auto filled = m->Stats();
-  ShuffledEpoch(names, 2);  // every file in the page cache: paused within it
-  std::this_thread::sleep_for(kLook);
-  const auto quiet = m->Stats();
+  const auto filled = EpochThenStats(*m, names, 1);  // every file READ from the source
+  const auto quiet = EpochThenStats(*m, names, 2);  // in the page cache: paused within it
   if (const auto why = NotQuiet(filled, quiet)) GTEST_SKIP() << *why;
   if (quiet["access_paused"] != 1) GTEST_SKIP() << "not paused in the quiet epoch: " << quiet.dump();
   const long page = ::sysconf(_SC_PAGESIZE);
@@ -1709,16 +1706,13 @@ TEST_P(PushTest, AfterReclaimTookFilesFirstPagesTheNextQuietEpochStillPauses) {
     ASSERT_TRUE(fd.valid()) << names[i];
     ASSERT_EQ(::posix_fadvise(fd.get(), 0, page, POSIX_FADV_DONTNEED), 0);
   }
-  ShuffledEpoch(names, 3);  // 12 READs of files' starts, past the noise: it resumes
-  std::this_thread::sleep_for(kLook);
-  const auto refilled = m->Stats();
+  // 12 READs of files' starts, past the noise: it resumes.
+  const auto refilled = EpochThenStats(*m, names, 3);
   if (FileReads(refilled) - FileReads(quiet) < 12) {
     GTEST_SKIP() << "the kernel kept some first pages: " << refilled.dump();
   }
   if (refilled["access_paused"] != 0) GTEST_SKIP() << "not resumed: " << refilled.dump();
-  ShuffledEpoch(names, 4);  // needs nothing again
-  std::this_thread::sleep_for(kLook);
-  const auto fourth = m->Stats();
+  const auto fourth = EpochThenStats(*m, names, 4);  // needs nothing again
   if (FileReads(fourth) - FileReads(refilled) > 1) {
     GTEST_SKIP() << "the kernel let files go during the fourth epoch: " << fourth.dump();
   }
