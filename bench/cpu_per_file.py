@@ -35,6 +35,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -226,6 +227,22 @@ def umount(binary: str, mnt: str) -> None:
     subprocess.run([binary, "umount", mnt], check=True)
 
 
+def start_perf(out_dir: str, pid: int, binary: str) -> subprocess.Popen:
+    """`perf record -g` of the daemon over the measured epoch, into out_dir (one file per
+    epoch, named after the binary and the time), for `perf report -i`."""
+    os.makedirs(out_dir, exist_ok=True)
+    name = f"{os.path.basename(binary)}-{time.strftime('%H%M%S')}.perf.data"
+    proc = subprocess.Popen(["perf", "record", "-g", "-q", "-p", str(pid), "-o", os.path.join(out_dir, name)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)  # perf attaches to every thread before the readers start
+    return proc
+
+
+def stop_perf(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+
+
 def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup, since_mount=False):
     """One epoch with the daemon's CPU, by thread, and its status counters; since_mount:
     also the CPU from the daemon's start (the first epoch of a mount)."""
@@ -233,8 +250,11 @@ def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup, since_
     pid = int(before["pid"])
     cpu0 = cpu_seconds(pid)
     sampler = ThreadSampler(pid)
+    profile = start_perf(args.perf, pid, binary) if args.perf else None
     secs = read_epoch(mnt, paths, crcs, args.readers, epoch_seed, in_cgroup, sampler)
     cpu_total = cpu_seconds(pid)
+    if profile is not None:
+        stop_perf(profile)
     cpu = cpu_total - cpu0
     after = status_counters(daemon_status(binary, mnt))
     since_start = {"us_per_file_since_start": cpu_total * 1e6 / len(paths)} if since_mount else {}
@@ -297,6 +317,8 @@ def main() -> int:
     p.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     p.add_argument("--mem-fraction", type=float, default=0.4)
     p.add_argument("--epochfs-arg", action="append", default=[], metavar="ARG")
+    p.add_argument("--perf", default=None, metavar="DIR",
+                   help="record the daemon with `perf record -g` over each measured epoch, into DIR")
     p.add_argument("--workdir", default="/var/tmp/epochfs-cpu-per-file")
     p.add_argument("--out", default=os.path.join(REPO, "docs", "bench", "cpu_per_file.json"))
     args = p.parse_args()
