@@ -23,12 +23,15 @@ from benchenv import (BlkioThrottle, Cleanup, find_daemon_pid, mount_at, pid_ali
                       wait_pid_exit, warn)
 
 #: Keys the benchmark reads from ``epochfs status MOUNT --json``.
-EPOCHFS_STATUS_KEYS = ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses",
-                       "daemon_rss_bytes", "corrupt_entries", "requests",
-                       # what readahead and pushing did (kept in the JSON for diagnosis)
-                       "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel",
-                       "pushed_files", "push_not_known", "push_refused", "kernel_page_drops",
-                       "read_pages_moved", "read_pages_dropped", "access_opens")
+#: Of them, the counters an epoch's delta is taken of (status_delta).
+EPOCHFS_COUNTER_KEYS = ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses", "corrupt_entries",
+                        # what readahead, pushing and the access watcher did (kept in the JSON
+                        # for diagnosis)
+                        "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel",
+                        "pushed_files", "push_not_known", "push_refused", "kernel_page_drops",
+                        "read_pages_moved", "read_pages_dropped", "access_opens",
+                        "access_opens_not_held", "access_pauses")
+EPOCHFS_STATUS_KEYS = (*EPOCHFS_COUNTER_KEYS, "daemon_rss_bytes", "requests", "access_paused")
 
 
 class MountError(Exception):
@@ -231,16 +234,14 @@ def status_delta(before: dict | None, after: dict | None) -> dict | None:
     if before is None or after is None:
         return None
     out: dict = {}
-    for key in ("source_reads", "source_bytes", "ram_hits", "ssd_hits", "misses", "corrupt_entries",
-                "prefetched", "prefetch_hits", "prefetch_refused", "prefetch_in_kernel", "pushed_files",
-                "push_not_known", "push_refused", "kernel_page_drops", "read_pages_moved",
-                "read_pages_dropped", "access_opens"):
+    for key in EPOCHFS_COUNTER_KEYS:
         if isinstance(after.get(key), (int, float)) and isinstance(before.get(key), (int, float)):
             out[key] = after[key] - before[key]
     if "corrupt_entries" in after:
         out["corrupt_entries_total"] = after["corrupt_entries"]
-    if "daemon_rss_bytes" in after:
-        out["daemon_rss_bytes"] = after["daemon_rss_bytes"]
+    for gauge in ("daemon_rss_bytes", "access_paused"):  # as at the epoch's end
+        if gauge in after:
+            out[gauge] = after[gauge]
     req_a, req_b = after.get("requests"), before.get("requests") or {}
     if isinstance(req_a, dict):
         out["requests"] = {k: v - req_b.get(k, 0) for k, v in req_a.items()

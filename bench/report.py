@@ -209,7 +209,14 @@ def format_table(results: Results) -> str:
             extra = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items()))
             counters = ", ".join(f"{k} {row.status[k]}" for k in ("source_reads", "ram_hits", "ssd_hits", "misses")
                                  if k in row.status)
-            lines.append(f"{'':<26}epochfs: {counters}; requests/file: {extra or '-'}")
+            watcher = ""
+            if "access_opens" in row.status and "access_paused" in row.status:
+                # Opens the access watcher saw, and whether it stopped watching (a warm
+                # epoch it watched to its end costs every open an event).
+                paused = "paused" if row.status["access_paused"] else "watching"
+                watcher = (f"; opens watched {row.status['access_opens']}"
+                           f" ({row.status.get('access_opens_not_held', '?')} not known held), {paused} at the end")
+            lines.append(f"{'':<26}epochfs: {counters}; requests/file: {extra or '-'}{watcher}")
     return "\n".join(lines)
 
 

@@ -144,10 +144,13 @@ class ReportTest(unittest.TestCase):
 
     def test_status_delta(self):
         a = {"source_reads": 5, "ram_hits": 1, "corrupt_entries": 0, "requests": {"open": 10, "read": 3}}
+        a["access_pauses"] = 1
         b = {"source_reads": 9, "ram_hits": 4, "corrupt_entries": 0, "daemon_rss_bytes": 7,
-             "requests": {"open": 30, "read": 3, "lookup": 2}}
+             "access_pauses": 2, "access_paused": 0, "requests": {"open": 30, "read": 3, "lookup": 2}}
         d = status_delta(a, b)
         self.assertEqual(d["source_reads"], 4)
+        self.assertEqual(d["access_pauses"], 1)  # a counter: the epoch's share
+        self.assertEqual(d["access_paused"], 0)  # a gauge: as at the end
         self.assertEqual(d["requests"], {"open": 20, "read": 0, "lookup": 2})
         self.assertEqual(d["daemon_rss_bytes"], 7)
         self.assertIsNone(status_delta(None, b))

@@ -131,6 +131,7 @@ void AccessWatcher::Run() {
       MarkQueued();
       if (resume && !watching_.load()) {
         watching_.store(true);
+        prefetcher_.SetOpensSeen(true);
         activity_counted_from_ = kNotCounted;  // the next whole epoch is judged
         spdlog::info("access watcher: READs reach the daemon again; watching opens");
       }
@@ -272,6 +273,7 @@ void AccessWatcher::Pause(uint64_t noise, std::chrono::steady_clock::duration ep
   paused_window_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(epoch_time),
                               kMinPausedWindow, kMaxPausedWindow);
   watching_.store(false);
+  prefetcher_.SetOpensSeen(false);  // so that it still finds where the next epoch starts
   marks_.store(0);
   pauses_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("access watcher: every file of an epoch so far was in the page cache; not "

@@ -154,6 +154,7 @@ class PrefetcherImpl final : public Prefetcher {
   void OnRead(const FileKey& file, const std::string& path, uint64_t offset) override;
   void OnOpens(const std::vector<Opened>& opens) override;
   void OnListed(const std::vector<Opened>& files) override;
+  void SetOpensSeen(bool seen) override;
   void Publish(std::vector<PlannedFile> plan, bool new_epoch, uint32_t plans) override;
   void AttachKernelPages(KernelPages* pages) override { kernel_pages_.store(pages); }
   std::vector<std::string> KnownPaths() const override;
@@ -189,6 +190,8 @@ class PrefetcherImpl final : public Prefetcher {
   // The file's catalog index, adding it if new and the tables have room (nullopt: full).
   std::optional<uint32_t> CatalogIndexLocked(const FileKey& file, const std::string& path)
       REQUIRES(mu_);
+  // Whether an access to `file`, read already this epoch, starts the next epoch.
+  bool RepeatEndsEpochLocked(const FileKey& file) const REQUIRES(mu_);
   std::optional<Candidate> NextLocked() REQUIRES(mu_);
   std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
                                              size_t cursor) REQUIRES(mu_);
@@ -355,6 +358,10 @@ class PrefetcherImpl final : public Prefetcher {
   // order_.
   std::shared_ptr<const OrderIndex> previous_ GUARDED_BY(mu_) = std::make_shared<const OrderIndex>();
   OrderIndex accessed_ GUARDED_BY(mu_);
+  // Opens go unseen now (SetOpensSeen), and the place in accessed_ from which this
+  // epoch's accesses followed unseen ones (nullopt: none went unseen this epoch).
+  bool opens_unseen_ GUARDED_BY(mu_) = false;
+  std::optional<size_t> unseen_since_ GUARDED_BY(mu_);
   // The index previous_ held before the last NewEpochLocked, for its caller to free
   // outside mu_: freeing a large one holds the lock up (docs/benchmarks.md, "The epoch
   // boundary at a million files").
@@ -535,6 +542,7 @@ void PrefetcherImpl::NewEpochLocked() {
     SaveRecordLocked();
   }
   order_.clear();
+  unseen_since_ = opens_unseen_ ? std::optional<size_t>(0) : std::nullopt;
   // The epoch's files were indexed as they were read: handed on whole, not rebuilt. The
   // index before is freed by the caller once it has let go of mu_ (retired_).
   retired_ = std::move(previous_);
@@ -623,13 +631,26 @@ void PrefetcherImpl::OnListed(const std::vector<Opened>& files) {
   cv_.notify_all();
 }
 
+void PrefetcherImpl::SetOpensSeen(bool seen) {
+  MutexLock lock(mu_);
+  opens_unseen_ = !seen;
+  if (!seen && !unseen_since_) unseen_since_ = accessed_.size();
+}
+
+bool PrefetcherImpl::RepeatEndsEpochLocked(const FileKey& file) const {
+  const size_t longest =
+      epoch_lengths_.empty() ? 0 : *std::max_element(epoch_lengths_.begin(), epoch_lengths_.end());
+  const size_t need = longest == 0 ? kFirstEpochMinAccesses
+                                   : static_cast<size_t>(kEpochCoverage * static_cast<double>(longest));
+  if (accessed_.size() >= std::max<size_t>(need, 1)) return true;
+  if (!unseen_since_) return false;  // a re-read in this epoch
+  const size_t at = *accessed_.Position(file);
+  return at >= *unseen_since_ && accessed_.size() - at > kFirstEpochMinAccesses;
+}
+
 bool PrefetcherImpl::RecordAccessLocked(const FileKey& file, const std::string& path) {
   if (accessed_.Contains(file)) {
-    const size_t longest =
-        epoch_lengths_.empty() ? 0 : *std::max_element(epoch_lengths_.begin(), epoch_lengths_.end());
-    const size_t need = longest == 0 ? kFirstEpochMinAccesses
-                                     : static_cast<size_t>(kEpochCoverage * static_cast<double>(longest));
-    if (accessed_.size() < std::max<size_t>(need, 1)) return false;  // a re-read in this epoch
+    if (!RepeatEndsEpochLocked(file)) return false;  // a re-read in this epoch
     spdlog::debug("prefetch: epoch {} ends after {} files ({}; replay score {:.2f}, sequential {:.2f})",
                   epoch_, accessed_.size(), PatternName(PatternLocked()),
                   classifier_.replay_score(), classifier_.sequential_score());

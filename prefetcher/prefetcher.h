@@ -214,6 +214,14 @@ class Prefetcher {
   };
   virtual void OnOpens(const std::vector<Opened>& opens) = 0;
 
+  // Whether opens reach OnOpens: false while the access watcher does not watch them
+  // (kernel_cache/access_watcher.h), true once it watches again. An epoch whose opens
+  // went unseen lacks files, and may never cover the longest epoch, by which a repeat
+  // tells a new epoch from a re-read: its end is then also the first repeat of a file
+  // seen after the opens went unseen (and not just before the repeat: a file opened
+  // twice). A file seen before may be one this epoch read while it went unseen.
+  virtual void SetOpensSeen(bool seen) = 0;
+
   // Regular files a reader listed (READDIRPLUS), not read yet. A shuffled epoch's
   // remaining set is every file known and not read this epoch; without these, the
   // first epoch's was empty, and a latency-bound source served each file to the

@@ -95,6 +95,50 @@ TEST(Prefetcher, ReadersOutOfStepDoNotCutEpochsShorterAndShorter) {
   EXPECT_LE(p->Stats().epoch, passes + 2) << "epochs for " << passes << " passes";
 }
 
+// While the access watcher does not watch opens (the kernel's page cache serves every
+// file), an epoch's opens go unseen, and the epoch seen lacks files. Measured by
+// coverage of the longest epoch, a repeat in the next epoch then looked like a re-read
+// in this one until the two together covered it: the next epoch's start went unseen,
+// and the watcher, which judges an epoch from its start, watched it to its end. So
+// after opens went unseen the first repeat of a file seen since then ends the epoch
+// too (a file seen before may be this epoch's, read while unseen), unless it was seen
+// just now (a file opened twice).
+TEST(Prefetcher, AfterOpensWentUnseenAnEpochEndsAtTheFirstRepeatOfAFileSeenSince) {
+  for (const bool told : {false, true}) {
+    SCOPED_TRACE(told ? "told of the unseen opens" : "not told");
+    auto p = Tracker();
+    const uint32_t n = 1000;
+    for (uint32_t i = 0; i < n; ++i) Access(*p, i);  // epoch 0, 1000 files
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::shuffle(order.begin(), order.end(), std::mt19937(5));
+    for (uint32_t k = 0; k < 300; ++k) Access(*p, order[k]);  // epoch 1 begins, seen
+    ASSERT_EQ(p->Stats().epoch, 1u);
+    if (told) p->SetOpensSeen(false);
+    // order[300..799] are read unseen; the watcher resumes for the rest.
+    if (told) p->SetOpensSeen(true);
+    for (uint32_t k = 800; k < n; ++k) Access(*p, order[k]);
+    Access(*p, order[n - 1]);  // opened twice
+    EXPECT_EQ(p->Stats().epoch, 1u);
+    // The next epoch: a file seen before the opens went unseen first, then one seen
+    // since.
+    Access(*p, order[10]);
+    EXPECT_EQ(p->Stats().epoch, 1u);
+    Access(*p, order[900]);
+    EXPECT_EQ(p->Stats().epoch, told ? 2u : 1u);
+    if (told) {
+      // The rest of that epoch seen: coverage alone ends it again, as before.
+      for (uint32_t k = 0; k < n; ++k) {
+        if (k != 900) Access(*p, order[k]);
+        if (k == 100) Access(*p, order[50]);  // a re-read
+      }
+      EXPECT_EQ(p->Stats().epoch, 2u);
+      Access(*p, order[0]);
+      EXPECT_EQ(p->Stats().epoch, 3u);
+    }
+  }
+}
+
 TEST(Prefetcher, AShuffledEpochPredictsTheNextOneUntilTheClassifierKnows) {
   auto p = Tracker();
   const uint32_t n = 600;
