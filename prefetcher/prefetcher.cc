@@ -190,7 +190,9 @@ class PrefetcherImpl final : public Prefetcher {
   // The file's catalog index, adding it if new and the tables have room (nullopt: full).
   std::optional<uint32_t> CatalogIndexLocked(const FileKey& file, const std::string& path)
       REQUIRES(mu_);
-  // Whether an access to `file`, read already this epoch, starts the next epoch.
+  // Whether an access to `file`, read already this epoch, starts the next epoch: once
+  // the epoch covered kEpochCoverage of the longest, or after unseen opens at a repeat
+  // of a file seen since (SetOpensSeen).
   bool RepeatEndsEpochLocked(const FileKey& file) const REQUIRES(mu_);
   std::optional<Candidate> NextLocked() REQUIRES(mu_);
   std::optional<Candidate> NextInOrderLocked(const std::vector<uint32_t>& order, size_t* next,
