@@ -911,6 +911,54 @@ class PushTest : public StreamTest {
     }
     return std::nullopt;
   }
+  // A mount of 300 files read twice: the first epoch READ every file, the second needed
+  // nothing and paused the access watcher within itself. Why not, if it did not: "open"
+  // mode (no watcher), a second epoch that was not quiet, no pause.
+  struct PausedWatcher {
+    std::vector<std::string> names;
+    std::unique_ptr<Mount> m;
+    nlohmann::json filled, quiet;  // the stats after each epoch
+  };
+  std::optional<std::string> PauseInAQuietSecondEpoch(PausedWatcher& w) {
+    if (GetParam() == std::string("open")) {
+      return "\"open\" mode has no access watcher: every open reaches the daemon";
+    }
+    w.names = MakeFiles(300, 4, kSize);
+    w.m = MountIt();
+    if (!w.m->ok()) {
+      ADD_FAILURE() << "mount failed";
+      return "mount failed";
+    }
+    w.filled = EpochThenStats(*w.m, w.names, 1);  // every file READ from the source
+    w.quiet = EpochThenStats(*w.m, w.names, 2);  // in the page cache: paused within it
+    if (const auto why = NotQuiet(w.filled, w.quiet)) return why;
+    if (w.quiet["access_paused"] != 1) return "not paused in the quiet epoch: " + w.quiet.dump();
+    return std::nullopt;
+  }
+  // Drops the first page of `name` from the kernel's page cache, as reclaim might.
+  void DropFirstPage(const std::string& name) {
+    const UniqueFd fd(::open((mnt_ / name).c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid()) << name;
+    ASSERT_EQ(::posix_fadvise(fd.get(), 0, ::sysconf(_SC_PAGESIZE), POSIX_FADV_DONTNEED), 0);
+  }
+  // Why the READs of `dropped` first pages since `before` did not resume the watcher
+  // (stats `after`): the kernel kept some, or they were not enough.
+  static std::optional<std::string> NotResumed(const nlohmann::json& before,
+                                               const nlohmann::json& after, uint64_t dropped) {
+    if (FileReads(after) - FileReads(before) < dropped) {
+      return "the kernel kept some first pages: " + after.dump();
+    }
+    if (after["access_paused"] != 0) return "not resumed: " + after.dump();
+    return std::nullopt;
+  }
+  // Why an epoch that should have needed nothing (stats `after`, since `before`) did not.
+  static std::optional<std::string> NotQuietAgain(const nlohmann::json& before,
+                                                  const nlohmann::json& after) {
+    if (FileReads(after) - FileReads(before) > 1) {
+      return "the kernel let files go during the epoch: " + after.dump();
+    }
+    return std::nullopt;
+  }
   // Bytes of the files' pages in the kernel's page cache (mincore through the mount).
   uint64_t ResidentBytes(const std::vector<std::string>& names) {
     const long page = ::sysconf(_SC_PAGESIZE);
@@ -1692,32 +1740,17 @@ TEST_P(PushTest, TheAccessWatcherJudgesAnEpochWhoseEventsItReadAllAtOnce) {
 // the quarter, and the next epoch was watched to its end: docs/benchmarks.md, "A warm
 // epoch watched from end to end after reclaim took files' first pages".)
 TEST_P(PushTest, AfterReclaimTookFilesFirstPagesTheNextQuietEpochStillPauses) {
-  if (GetParam() == std::string("open")) {
-    GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
-  }
-  const auto names = MakeFiles(300, 4, kSize);
-  auto m = MountIt();
-  ASSERT_TRUE(m->ok());
-  const auto filled = EpochThenStats(*m, names, 1);  // every file READ from the source
-  const auto quiet = EpochThenStats(*m, names, 2);  // in the page cache: paused within it
-  if (const auto why = NotQuiet(filled, quiet)) GTEST_SKIP() << *why;
-  if (quiet["access_paused"] != 1) GTEST_SKIP() << "not paused in the quiet epoch: " << quiet.dump();
-  const long page = ::sysconf(_SC_PAGESIZE);
+  PausedWatcher w;
+  if (const auto why = PauseInAQuietSecondEpoch(w)) GTEST_SKIP() << *why;
   for (size_t i = 0; i < 12; ++i) {  // as reclaim might: the first page of a few (4%)
-    const UniqueFd fd(::open((mnt_ / names[i]).c_str(), O_RDONLY | O_CLOEXEC));
-    ASSERT_TRUE(fd.valid()) << names[i];
-    ASSERT_EQ(::posix_fadvise(fd.get(), 0, page, POSIX_FADV_DONTNEED), 0);
+    DropFirstPage(w.names[i]);
+    ASSERT_FALSE(HasFatalFailure());
   }
   // 12 READs of files' starts, past the noise: it resumes.
-  const auto refilled = EpochThenStats(*m, names, 3);
-  if (FileReads(refilled) - FileReads(quiet) < 12) {
-    GTEST_SKIP() << "the kernel kept some first pages: " << refilled.dump();
-  }
-  if (refilled["access_paused"] != 0) GTEST_SKIP() << "not resumed: " << refilled.dump();
-  const auto fourth = EpochThenStats(*m, names, 4);  // needs nothing again
-  if (FileReads(fourth) - FileReads(refilled) > 1) {
-    GTEST_SKIP() << "the kernel let files go during the fourth epoch: " << fourth.dump();
-  }
+  const auto refilled = EpochThenStats(*w.m, w.names, 3);
+  if (const auto why = NotResumed(w.quiet, refilled, 12)) GTEST_SKIP() << *why;
+  const auto fourth = EpochThenStats(*w.m, w.names, 4);  // needs nothing again
+  if (const auto why = NotQuietAgain(refilled, fourth)) GTEST_SKIP() << *why;
   // The files whose first pages were READ count as held whole again.
   EXPECT_LE(NotHeldOpens(fourth) - NotHeldOpens(refilled), 1u) << fourth.dump();
   EXPECT_EQ(fourth["access_paused"], 1) << fourth.dump();
@@ -1738,40 +1771,21 @@ TEST_P(PushTest, AfterReclaimTookFilesFirstPagesTheNextQuietEpochStillPauses) {
 // after a pause and a resume within the epoch before"). The prefetcher is now told when
 // opens go unseen.
 TEST_P(PushTest, AWatcherThatResumedWithinAnEpochPausesWithinTheNextQuietOne) {
-  if (GetParam() == std::string("open")) {
-    GTEST_SKIP() << "\"open\" mode has no access watcher: every open reaches the daemon";
-  }
-  const auto names = MakeFiles(300, 4, kSize);
-  auto m = MountIt();
-  ASSERT_TRUE(m->ok());
-  const auto filled = EpochThenStats(*m, names, 1);  // every file READ from the source
-  const auto quiet = EpochThenStats(*m, names, 2);  // in the page cache: paused within it
-  if (const auto why = NotQuiet(filled, quiet)) GTEST_SKIP() << *why;
-  if (quiet["access_paused"] != 1) GTEST_SKIP() << "not paused in the quiet epoch: " << quiet.dump();
+  PausedWatcher w;
+  if (const auto why = PauseInAQuietSecondEpoch(w)) GTEST_SKIP() << *why;
   // The third epoch: its first 250 opens go unseen; then reclaim takes the first page of
   // 12 of the other 50 files, and their READs resume the watcher for the last of them.
-  auto third = names;
+  auto third = w.names;
   std::shuffle(third.begin(), third.end(), std::mt19937_64(3));  // ShuffledEpoch's order
-  const long page = ::sysconf(_SC_PAGESIZE);
-  ShuffledEpoch(names, 3, {}, [&](size_t i) {
-    if (i != 249) return;
-    for (size_t k = 250; k < 262; ++k) {
-      const UniqueFd fd(::open((mnt_ / third[k]).c_str(), O_RDONLY | O_CLOEXEC));
-      ASSERT_TRUE(fd.valid()) << third[k];
-      ASSERT_EQ(::posix_fadvise(fd.get(), 0, page, POSIX_FADV_DONTNEED), 0);
-    }
+  ShuffledEpoch(w.names, 3, {}, [&](size_t i) {
+    for (size_t k = 250; i == 249 && k < 262 && !HasFatalFailure(); ++k) DropFirstPage(third[k]);
   });
   ASSERT_FALSE(HasFatalFailure());
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  const auto resumed = m->Stats();
-  if (FileReads(resumed) - FileReads(quiet) < 12) {
-    GTEST_SKIP() << "the kernel kept some first pages: " << resumed.dump();
-  }
-  if (resumed["access_paused"] != 0) GTEST_SKIP() << "not resumed: " << resumed.dump();
-  const auto fourth = EpochThenStats(*m, names, 4);  // needs nothing again
-  if (FileReads(fourth) - FileReads(resumed) > 1) {
-    GTEST_SKIP() << "the kernel let files go during the fourth epoch: " << fourth.dump();
-  }
+  const auto resumed = w.m->Stats();
+  if (const auto why = NotResumed(w.quiet, resumed, 12)) GTEST_SKIP() << *why;
+  const auto fourth = EpochThenStats(*w.m, w.names, 4);  // needs nothing again
+  if (const auto why = NotQuietAgain(resumed, fourth)) GTEST_SKIP() << *why;
   EXPECT_EQ(fourth["access_paused"], 1) << fourth.dump();
   // Paused within the fourth epoch, not at its end or later.
   EXPECT_LT(fourth["access_opens"].get<uint64_t>() - resumed["access_opens"].get<uint64_t>(), 250u)
