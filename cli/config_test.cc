@@ -30,6 +30,7 @@ prefetch_iops = 250
 prefetch_bandwidth = "100M"
 prefetch_pacing = false
 page_cache_push = false
+passthrough = true
 read_only = true
 allow_other = true
 io_uring = false
@@ -60,6 +61,7 @@ metrics_textfile = "/var/lib/node_exporter/epochfs.prom"
   EXPECT_EQ(o.prefetch_bandwidth, 100ull << 20);
   EXPECT_FALSE(o.prefetch_pacing);
   EXPECT_FALSE(o.page_cache_push);
+  EXPECT_TRUE(o.passthrough);
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.allow_other);
   EXPECT_FALSE(o.use_io_uring);

@@ -131,7 +131,7 @@ TEST(FstabOptions, EveryBareOptionBecomesItsFlag) {
   const std::vector<std::pair<std::string, std::string>> kBareOptions = {
       {"allow_other", "--allow-other"}, {"metrics_allow_remote", "--metrics-allow-remote"},
       {"no_io_uring", "--no-io-uring"}, {"no_prefetch_pacing", "--no-prefetch-pacing"},
-      {"no_page_cache_push", "--no-page-cache-push"},
+      {"no_page_cache_push", "--no-page-cache-push"}, {"passthrough", "--passthrough"},
       {"read_only", "--read-only"},     {"ro", "--read-only"},
   };
   for (const auto& [option, flag] : kBareOptions) {

@@ -107,6 +107,14 @@ std::vector<OptionRow> BuildTable() {
        .help = "Keep readahead's bytes in the daemon's RAM tier, instead of moving them on into "
                "the kernel's page cache, where a read of them costs no request to the daemon",
        .apply = [](const OptionValue& v, MountOptions& o) { o.page_cache_push = v.boolean; }},
+      {.flag = "--passthrough",
+       .toml_key = "passthrough",
+       .fstab_keys = {"passthrough"},
+       .type = kBool,
+       .help = "Let the kernel read files no cache tier holds straight from the source (FUSE "
+               "passthrough, Linux 6.12+, --consistency open), and cache them in idle CPU "
+               "time: for sources as fast as the cache",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.passthrough = v.boolean; }},
       {.flag = "--prefetch-bandwidth",
        .toml_key = "prefetch_bandwidth",
        .fstab_keys = {"prefetch_bandwidth"},

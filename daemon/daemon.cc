@@ -29,7 +29,7 @@
 #include "fs/control.h"
 #include "fs/fuse_ops.h"
 #include "kernel_cache/page_cache_pusher.h"
-#include "fs/parallel_dirops.h"
+#include "fs/init_reply.h"
 #include "daemon/memory_limit.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_server.h"
@@ -214,6 +214,7 @@ MountCounters Daemon::GatherCounters() const {
   }
   c.read_only = options.read_only;
   c.parallel_lookups = fs::ParallelDiropsGranted();
+  c.passthrough = fs::PassthroughGranted();
   c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   c.requests = &ctx.counters;
   c.cache = fs.cache().Stats();
@@ -270,16 +271,17 @@ Status FuseSession::InstallSignalHandlers() {
   return Status::Ok();
 }
 
-Status FuseSession::Mount(const std::filesystem::path& mountpoint) {
+Status FuseSession::Mount(const std::filesystem::path& mountpoint, fs::InitWishes wishes) {
   if (fuse_session_mount(session_, mountpoint.c_str()) != 0) {
     return Status::IoError(fmt::format(
         "cannot mount on {} (is /dev/fuse there, and are you root or in the fuse group?)",
         mountpoint.string()));
   }
   // Before the loop reads INIT. Without the hook the mount works, one LOOKUP or READDIR
-  // per directory at a time.
-  if (Status st = fs::EnableParallelDirops(session_); !st.ok()) {
-    spdlog::warn("lookups in one directory will wait for each other: {}", st.ToString());
+  // per directory at a time, and without passthrough.
+  if (Status st = fs::InstallInitReplyHook(session_, wishes); !st.ok()) {
+    spdlog::warn("lookups in one directory will wait for each other{}: {}",
+                 wishes.passthrough ? ", and no passthrough" : "", st.ToString());
   }
   return Status::Ok();
 }
@@ -420,6 +422,7 @@ Status Daemon::BuildFilesystem() {
   MountOptions& options = options_;
   SourceFsOptions fs_options;
   fs_options.read_only = options.read_only;
+  fs_options.passthrough = options.passthrough;
   fs_options.hidden_root_name = ControlDir::kDirName;
   auto fs = SourceFs::Create(std::move(root_fd_), fs_options, *cache_, prefetcher_.get());
   if (!fs.ok()) return fs.status();
@@ -603,7 +606,15 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
     return 2;
   };
   if (Status st = session_.InstallSignalHandlers(); !st.ok()) return fail(st);
-  if (Status st = session_.Mount(options.mountpoint); !st.ok()) return fail(st);
+  // Passthrough needs OPENs, which "notify" mode answers once with ENOSYS.
+  const bool passthrough = options.passthrough && options.consistency == Consistency::kOpen;
+  if (options.passthrough && !passthrough) {
+    spdlog::warn("--passthrough needs --consistency open: in notify mode the kernel opens "
+                 "files without the daemon");
+  }
+  if (Status st = session_.Mount(options.mountpoint, {.passthrough = passthrough}); !st.ok()) {
+    return fail(st);
+  }
   mounted_ = true;
   end_connection_.Set([this] { session_.Unmount(); });
   spdlog::info("mounted {} on {} (cache {}, ram {} MiB, disk {} MiB)", options.source.string(),

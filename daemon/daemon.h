@@ -41,6 +41,7 @@
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/init_reply.h"
 #include "kernel_cache/kernel_activity.h"
 #include "kernel_cache/kernel_listing.h"
 #include "nlohmann/json.hpp"
@@ -82,7 +83,7 @@ class FuseSession {
   struct fuse_session* get() const { return session_; }
   // Installs libfuse's SIGTERM/SIGINT/SIGHUP handlers (they end the session loop).
   Status InstallSignalHandlers();
-  Status Mount(const std::filesystem::path& mountpoint);
+  Status Mount(const std::filesystem::path& mountpoint, fs::InitWishes wishes);
   // Closes the connection (requests still waiting for an answer fail) and detaches the
   // mount; the destructor does it too. Idempotent.
   void Unmount();

@@ -143,6 +143,12 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kFlag}
             .Show({.row = "daemon", .label = "parallel lookups"}),
         parallel_lookups);
+  visit(CounterInfo{"passthrough",
+                    "Whether the kernel may serve opens from the source file itself (FUSE "
+                    "passthrough, --passthrough).",
+                    kFlag}
+            .Show({.row = "daemon", .label = "passthrough"}),
+        passthrough);
   static const fs::RequestCounters kNoRequests;
   (requests ? *requests : kNoRequests).VisitCounters(visit);
   cache.VisitCounters(visit);

@@ -40,7 +40,8 @@ struct MountCounters {
   std::string isatty;  // who answers TCGETS on the mount (daemon/isatty_guard.h)
   uint64_t pid = 0;
   bool read_only = false;
-  bool parallel_lookups = false;  // FUSE_PARALLEL_DIROPS granted (fs/parallel_dirops.h)
+  bool parallel_lookups = false;  // FUSE_PARALLEL_DIROPS granted (fs/init_reply.h)
+  bool passthrough = false;       // FUSE_PASSTHROUGH granted (fs/init_reply.h)
   double uptime_s = 0;
   const fs::RequestCounters* requests = nullptr;  // null: every kind 0
   cache::CacheStats cache;

@@ -58,6 +58,10 @@ struct MountOptions {
   bool prefetch_pacing = true;  // pace readahead by its source latency (source_pacer.h)
   // Move readahead's bytes into the kernel's page cache (kernel_cache/page_cache_pusher.h).
   bool page_cache_push = true;
+  // Serve read-only opens of files no tier holds by FUSE passthrough, the kernel reading
+  // the source itself, and cache them in idle CPU time (fs/passthrough.h). "open" mode
+  // only, on a kernel that grants it.
+  bool passthrough = false;
   // Answer isatty() of the mount's files in the kernel where the BPF LSM lets the daemon
   // (daemon/isatty_guard.h); false sends each one to the daemon, as on other kernels.
   bool isatty_guard = true;

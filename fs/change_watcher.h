@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "base/counters.h"
+#include "base/status.h"
 #include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "fs/inode_table.h"
@@ -54,6 +55,13 @@ class Invalidator {
   // it is. Returns false if the kernel has no such node. Only while no handle writes the
   // file (fs/write_fence.h: a store can land under a buffered write). `size` > 0.
   virtual bool ShowSize(uint64_t nodeid, uint64_t size, char last_byte) = 0;
+  // FUSE passthrough (fs/passthrough.h): registers the source file `fd` refers to with the
+  // connection, for OPEN replies to name by the id returned, and unregisters an id. A
+  // kernel link without passthrough refuses (kUnsupported).
+  virtual Result<uint32_t> OpenBackingFile(int /*fd*/) {
+    return Status::Unsupported("no passthrough on this connection");
+  }
+  virtual void CloseBackingFile(uint32_t /*id*/) {}
 };
 
 class ChangeWatcher {

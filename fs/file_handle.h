@@ -109,6 +109,10 @@ class FileHandle {
   // open): SourceObserver::ReadAnswered.
   bool reads_fill_page_cache() const { return reads_fill_page_cache_; }
   void set_reads_bypass_page_cache() { reads_fill_page_cache_ = false; }
+  // The kernel serves this open from the source file itself (fs/passthrough.h): no READ
+  // or WRITE comes through it. Set before the handle is given out.
+  bool passthrough() const { return passthrough_; }
+  void set_passthrough() { passthrough_ = true; }
 
  private:
   friend class HandleFds;
@@ -130,6 +134,7 @@ class FileHandle {
   mutable Mutex id_mutex_;
   cache::SourceIdentity id_ GUARDED_BY(id_mutex_);
   bool reads_fill_page_cache_ = true;  // set once, before the handle is handed out
+  bool passthrough_ = false;            // set once, before the handle is handed out
 };
 
 }  // namespace epochfs::fs

@@ -193,6 +193,7 @@ Result<OpenReply> Filesystem::Open(uint64_t nodeid, int flags, OrderWait wait) {
   reply.handle = std::move(open->handle);
   reply.keep_cache = open->keep_cache;
   reply.direct_io = open->direct_io;
+  reply.backing_id = open->backing_id;
   return reply;
 }
 

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -77,6 +78,9 @@ struct OpenReply {
   bool direct_io = false;
   // The kernel may keep its cached pages: the source file is unchanged since they were read.
   bool keep_cache = false;
+  // The kernel serves this open from the source file itself (fs/passthrough.h): the
+  // reply names this backing id, and nothing else above applies.
+  std::optional<uint32_t> backing_id;
 };
 
 struct CreateReply {

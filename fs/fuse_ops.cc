@@ -1,5 +1,9 @@
 #include "fs/fuse_ops.h"
 
+#include <linux/fuse.h>
+#include <sys/ioctl.h>
+
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -182,6 +186,8 @@ void DoRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 // ---- files ----
 
+constexpr uint32_t kOpenPassthrough = 1u << 7;  // FOPEN_PASSTHROUGH (protocol 7.40)
+
 void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
                Result<OpenReply> open) {
   if (!open.ok() && open.status().code() == Code::kStale) {
@@ -199,6 +205,22 @@ void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
   fi->keep_cache = open->keep_cache;
   fi->fh = reinterpret_cast<uint64_t>(open->handle.get());
   FuseContext& ctx = Ctx(req);  // the request is gone once replied to
+  if (open->backing_id) {
+    // libfuse 3.14's fuse_reply_open cannot name a backing file: the reply is written
+    // as the kernel reads it (struct fuse_open_out of protocol 7.40, whose last field,
+    // padding before, is the backing id). No other flag: the kernel refuses any but a
+    // few with passthrough, and a passthrough open never uses the page cache.
+    struct fuse_open_out out {};
+    out.fh = fi->fh;
+    out.open_flags = kOpenPassthrough;
+    std::memcpy(&out.padding, &*open->backing_id, sizeof(out.padding));
+    if (fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof(out)) == 0) {
+      open->handle.release();
+    } else {
+      ReleaseHandle(ctx, ino, std::move(open->handle));
+    }
+    return;
+  }
   if (fuse_reply_open(req, fi) == 0) {
     open->handle.release();  // owned by the kernel's file now; freed in release
   } else {
@@ -430,6 +452,31 @@ bool KernelInvalidator::ShowSize(uint64_t nodeid, uint64_t size, char last_byte)
   buf.buf[0].mem = &last_byte;
   return fuse_lowlevel_notify_store(session_, nodeid, size - 1, &buf,
                                     static_cast<fuse_buf_copy_flags>(0)) == 0;
+}
+
+namespace {
+// From the kernel's include/uapi/linux/fuse.h (protocol 7.40), newer than bookworm's
+// linux-libc-dev.
+struct BackingMap {
+  int32_t fd;
+  uint32_t flags;
+  uint64_t padding;
+};
+constexpr unsigned long kBackingOpen = _IOW(229, 1, BackingMap);
+constexpr unsigned long kBackingClose = _IOW(229, 2, uint32_t);
+}  // namespace
+
+Result<uint32_t> KernelInvalidator::OpenBackingFile(int fd) {
+  BackingMap map{fd, 0, 0};
+  const int id = ::ioctl(fuse_session_fd(session_), kBackingOpen, &map);
+  if (id < 0) return Status::FromErrno(errno, "register a passthrough file");
+  return static_cast<uint32_t>(id);
+}
+
+void KernelInvalidator::CloseBackingFile(uint32_t id) {
+  if (::ioctl(fuse_session_fd(session_), kBackingClose, &id) < 0) {
+    spdlog::debug("unregister passthrough file {}: {}", id, std::strerror(errno));
+  }
 }
 
 const char* RequestKindName(RequestKind kind) {

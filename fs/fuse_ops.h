@@ -88,6 +88,8 @@ class KernelInvalidator : public Invalidator {
   void InvalidateInode(uint64_t nodeid) override;
   void InvalidateAttrs(uint64_t nodeid) override;
   bool ShowSize(uint64_t nodeid, uint64_t size, char last_byte) override;
+  Result<uint32_t> OpenBackingFile(int fd) override;
+  void CloseBackingFile(uint32_t id) override;
 
  private:
   struct fuse_session* session_;

@@ -137,7 +137,8 @@ SourceFs::SourceFs(UniqueFd root_fd, const struct ::stat& root_stat, SourceFsOpt
       cache_(&cache),
       running_as_root_(::geteuid() == 0),
       handle_fds_(MaxHandleFds()),
-      prefetcher_(prefetcher) {}
+      prefetcher_(prefetcher),
+      filler_(options_.passthrough ? std::make_unique<IdleFiller>() : nullptr) {}
 
 Result<std::shared_ptr<Inode>> SourceFs::FindInode(uint64_t nodeid) const {
   auto inode = inodes_.Find(nodeid);
@@ -674,12 +675,29 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags, OrderWait w
   // freshly. Its handle opens the source on its first READ, through the node's O_PATH
   // fd (that very inode). On a network source an open and its close are round trips of
   // their own: GlusterFS's client answers an open, a flush and a release per file.
-  const bool check_only = access == O_RDONLY && !(flags & O_TRUNC) && (*inode)->path_fd &&
-                          inodes_.KernelHasRead(**inode);
+  // Passthrough (fs/passthrough.h): every open of a node with passthrough handles (the
+  // kernel allows no other mode beside them), and a read-only open of a file the kernel's
+  // pages do not hold, while no other handle has it open, if the cache does not hold it
+  // either (checked below, once the identity is known). The kernel opens the source file
+  // itself, through the node's O_PATH fd: a check is all this open needs.
+  const bool joins_passthrough = backing_files_.Has(nodeid);
+  const bool passthrough_candidate =
+      joins_passthrough ||
+      (options_.passthrough && access == O_RDONLY && !(flags & O_TRUNC) && (*inode)->path_fd &&
+       (*inode)->open_handles.load() == 0 && !inodes_.KernelHasRead(**inode));
+  const bool check_only = passthrough_candidate ||
+                          (access == O_RDONLY && !(flags & O_TRUNC) && (*inode)->path_fd &&
+                           inodes_.KernelHasRead(**inode));
   auto opened = check_only ? CheckNode(**inode) : OpenNode(**inode, flags);
   if (!opened.ok()) return opened.status();
   if (check_only) open_checks_.fetch_add(1, std::memory_order_relaxed);
   auto& [fd, id] = *opened;
+  if (joins_passthrough || (passthrough_candidate && !CacheHolds(id) &&
+                            inodes_.KernelAttrsShow(**inode, id, seen))) {
+    auto served = OpenPassthrough(*inode, id, flags);
+    // Refused: a first open goes on as any other; one beside passthrough handles cannot.
+    if (served.ok() || joins_passthrough) return served;
+  }
   OpenResult result;
   const bool may_write = access != O_RDONLY || (flags & O_TRUNC);
   // A buffered write through the mount is in the kernel's pages before it is in the
@@ -908,9 +926,56 @@ Status SourceFs::Release(std::unique_ptr<FileHandle> fh, OrderWait wait) {
   if (!fh) return Status::Ok();
   const std::shared_ptr<Inode> node = fh->inode();
   const bool wrote = fh->may_write();
+  const bool passthrough = fh->passthrough();
   fh.reset();
+  if (passthrough) {
+    EndPassthrough(node, wrote);
+    return Status::Ok();
+  }
   if (!wrote) return Status::Ok();
   return DropOwedPages(*node, wait);
+}
+
+bool SourceFs::CacheHolds(const cache::SourceIdentity& id) const {
+  return cache_->SsdPosition(id.dev, id.ino).has_value() || cache_->HoldsInRam(id);
+}
+
+Result<OpenResult> SourceFs::OpenPassthrough(const std::shared_ptr<Inode>& inode,
+                                             const cache::SourceIdentity& id, int flags) {
+  Invalidator* const kernel = kernel_.load();
+  if (kernel == nullptr) return Status::Unsupported("passthrough: no kernel attached");
+  auto backing = backing_files_.Acquire(inode->nodeid, inode->path_fd.get(), *kernel);
+  if (!backing.ok()) return backing.status();
+  // Writes through this open go to the source beside the daemon: its cached copy goes
+  // now and again at the release (EndPassthrough).
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) cache_->Invalidate(id.dev, id.ino);
+  // The kernel drops the node's pages at an open without keep_cache, as this one is.
+  inode->kernel_pages.Dropped();
+  OpenResult result;
+  result.backing_id = *backing;
+  result.handle = NewHandle(inode, UniqueFd(), id, flags);
+  result.handle->set_passthrough();
+  return result;
+}
+
+void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
+  Invalidator* const kernel = kernel_.load();
+  const bool last = kernel != nullptr && backing_files_.Release(node->nodeid, *kernel);
+  if (wrote) {
+    cache_->Invalidate(node->dev, node->ino);
+    return;
+  }
+  if (!last || !filler_) return;
+  filler_->Offer([this, node] {
+    auto opened = OpenNode(*node, O_RDONLY);
+    if (!opened.ok()) return;  // gone or renamed since: nothing to cache
+    const auto& [fd, id] = *opened;
+    if (CacheHolds(id)) return;
+    if (auto filled = cache_->Prefetch(cache::SourceFile{.fd = fd.get(), .id = id, .open = {}}); !filled.ok()) {
+      spdlog::debug("node {}: caching after its passthrough reads: {}", node->nodeid,
+                    filled.status().ToString());
+    }
+  });
 }
 
 Status SourceFs::DropOwedPages(uint64_t nodeid) {
@@ -1377,6 +1442,8 @@ void SourceFs::VisitCounters(const SourceFs* fs, const CounterVisitor& visit) {
     drops_deferred = fs->open_drops_deferred_.load(std::memory_order_relaxed);
     attrs_after_change = fs->attrs_after_change_.load(std::memory_order_relaxed);
   }
+  BackingFiles::VisitCounters(fs ? &fs->backing_files_ : nullptr, visit);
+  IdleFiller::VisitCounters(fs ? fs->filler_.get() : nullptr, visit);
   visit(CounterInfo{"open_file_fds", "Source file descriptors held open.", kGauge}.Show(
             {.row = "source fds", .label = "", .of = "open_file_fds_max"}),
         open);

@@ -40,6 +40,7 @@
 #include "fs/file_handle.h"
 #include "fs/inode_table.h"
 #include "fs/metadata_warmup.h"
+#include "fs/passthrough.h"
 #include "fs/source_observer.h"
 #include "prefetcher/prefetcher.h"
 
@@ -79,10 +80,16 @@ struct OpenResult {
   bool keep_cache = false;
   // Reads of this open bypass the kernel's pages and its cached size (see Open).
   bool direct_io = false;
+  // The kernel serves this open from the source file itself (fs/passthrough.h).
+  std::optional<uint32_t> backing_id;
 };
 
 struct SourceFsOptions {
   bool read_only = false;
+  // Read-only opens of files neither the kernel's pages nor the cache hold are served by
+  // the kernel from the source file itself, and cached afterwards in idle CPU time
+  // (fs/passthrough.h). Needs a kernel that granted passthrough at INIT.
+  bool passthrough = false;
   // Names hidden from the root's listing (the control directory).
   std::string hidden_root_name = ".epochfs";
 };
@@ -290,6 +297,16 @@ class SourceFs {
                          size_t size, uint64_t offset, bool append);
   std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
                                         const cache::SourceIdentity& id, int flags);
+  // Whether the cache's tiers hold `id`'s file (its first chunk on the SSD tier, unchecked,
+  // or all of it in RAM): an open of it is served by the daemon, not by passthrough.
+  bool CacheHolds(const cache::SourceIdentity& id) const;
+  // A passthrough open of `inode` (checked as `id`) that the kernel serves from the
+  // source file, or the kernel's refusal. Under the node's open_order.
+  Result<OpenResult> OpenPassthrough(const std::shared_ptr<Inode>& inode,
+                                     const cache::SourceIdentity& id, int flags);
+  // A passthrough handle of `node` was released: its backing id goes with the last one,
+  // and the file is then offered to the cache (or dropped from it, when written).
+  void EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote);
   // Records `id` (observed as `seen`) as what the kernel now holds of `inode`, and drops
   // the kernel's pages when it held another state of the file (a change the mount did
   // not make). kAttributes: the caller's reply gives the kernel the file's attributes
@@ -350,6 +367,8 @@ class SourceFs {
   std::atomic<uint64_t> open_drops_deferred_{0};
   std::atomic<uint64_t> attrs_after_change_{0};  // CheckKernelCache with Reply::kAttributes
   prefetch::Prefetcher* const prefetcher_;  // plans are resolved for it; may be null
+  BackingFiles backing_files_;
+  std::unique_ptr<IdleFiller> filler_;  // with options_.passthrough; stops before the rest
   std::unique_ptr<MetadataWarmup> warmup_;  // last: stops before the table it pins into goes
 };
 
