@@ -676,28 +676,28 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags, OrderWait w
   // fd (that very inode). On a network source an open and its close are round trips of
   // their own: GlusterFS's client answers an open, a flush and a release per file.
   // Passthrough (fs/passthrough.h): every open of a node with passthrough handles (the
-  // kernel allows no other mode beside them), and a read-only open of a file the kernel's
-  // pages do not hold, while no other handle has it open, if the cache does not hold it
-  // either (checked below, once the identity is known). The kernel opens the source file
-  // itself, through the node's O_PATH fd: a check is all this open needs.
+  // kernel allows no other mode beside them), and a first read-only open of a file that
+  // neither the kernel's pages nor the cache hold. The kernel then reads the node's own
+  // inode (its O_PATH fd) from the source, as fresh as the source is, so the name is
+  // checked as a direct reader's open would check it (the source client's caches), not
+  // past them: on GlusterFS the forced stat is a round trip to the brick per open.
   const bool joins_passthrough = backing_files_.Has(nodeid);
-  const bool passthrough_candidate =
-      joins_passthrough ||
-      (options_.passthrough && access == O_RDONLY && !(flags & O_TRUNC) && (*inode)->path_fd &&
-       (*inode)->open_handles.load() == 0 && !inodes_.KernelHasRead(**inode));
-  const bool check_only = passthrough_candidate ||
-                          (access == O_RDONLY && !(flags & O_TRUNC) && (*inode)->path_fd &&
-                           inodes_.KernelHasRead(**inode));
+  if (joins_passthrough || MayPassthrough(**inode, flags)) {
+    auto named = NameStillNames(**inode);
+    if (!named.ok()) return named.status();
+    if (joins_passthrough ||
+        (!CacheHolds(*named) && inodes_.KernelAttrsShow(**inode, *named, seen))) {
+      auto served = OpenPassthrough(*inode, *named, flags);
+      // Refused: a first open goes on as any other; one beside passthrough handles cannot.
+      if (served.ok() || joins_passthrough) return served;
+    }
+  }
+  const bool check_only = access == O_RDONLY && !(flags & O_TRUNC) && (*inode)->path_fd &&
+                          inodes_.KernelHasRead(**inode);
   auto opened = check_only ? CheckNode(**inode) : OpenNode(**inode, flags);
   if (!opened.ok()) return opened.status();
   if (check_only) open_checks_.fetch_add(1, std::memory_order_relaxed);
   auto& [fd, id] = *opened;
-  if (joins_passthrough || (passthrough_candidate && !CacheHolds(id) &&
-                            inodes_.KernelAttrsShow(**inode, id, seen))) {
-    auto served = OpenPassthrough(*inode, id, flags);
-    // Refused: a first open goes on as any other; one beside passthrough handles cannot.
-    if (served.ok() || joins_passthrough) return served;
-  }
   OpenResult result;
   const bool may_write = access != O_RDONLY || (flags & O_TRUNC);
   // A buffered write through the mount is in the kernel's pages before it is in the
@@ -934,6 +934,24 @@ Status SourceFs::Release(std::unique_ptr<FileHandle> fh, OrderWait wait) {
   }
   if (!wrote) return Status::Ok();
   return DropOwedPages(*node, wait);
+}
+
+bool SourceFs::MayPassthrough(const Inode& inode, int flags) const {
+  return options_.passthrough && (flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC) &&
+         inode.path_fd && inode.open_handles.load() == 0 && !inodes_.KernelHasRead(inode) &&
+         !cache_->SsdPosition(inode.dev, inode.ino).has_value();
+}
+
+Result<cache::SourceIdentity> SourceFs::NameStillNames(const Inode& inode) {
+  Location loc = inodes_.LocationOf(inode);
+  if (!loc.parent) return Status::Stale("open: node has no parent");
+  auto st = StatAt(loc.dir_fd(), loc.name);
+  if (!st.ok()) {
+    if (st.status().code() == Code::kNotFound) return Status::Stale(st.status().message());
+    return st.status();
+  }
+  EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
+  return cache::SourceIdentity::FromStat(*st);
 }
 
 bool SourceFs::CacheHolds(const cache::SourceIdentity& id) const {

@@ -297,6 +297,13 @@ class SourceFs {
                          size_t size, uint64_t offset, bool append);
   std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
                                         const cache::SourceIdentity& id, int flags);
+  // Whether an open of `inode` with `flags` may be the first passthrough one: read-only,
+  // no other handle open, and neither the kernel's pages nor the SSD tier hold the file
+  // (checked by node, before any stat; CacheHolds checks the identity once known).
+  bool MayPassthrough(const Inode& inode, int flags) const;
+  // `inode`'s identity, stat'ed by its current name as the source's client caches it
+  // (kStale if the name is gone or names another file).
+  Result<cache::SourceIdentity> NameStillNames(const Inode& inode);
   // Whether the cache's tiers hold `id`'s file (its first chunk on the SSD tier, unchecked,
   // or all of it in RAM): an open of it is served by the daemon, not by passthrough.
   bool CacheHolds(const cache::SourceIdentity& id) const;

@@ -198,7 +198,7 @@ bool AllThreadsStopped(int pid, std::chrono::milliseconds timeout) {
 
 // Two LOOKUPs in one directory are served side by side: one that waits on a slow source
 // does not hold up a second in the same directory (FUSE_PARALLEL_DIROPS, which
-// libfuse 3.14 never passes to the kernel by itself: fs/parallel_dirops.h). The slow
+// libfuse 3.14 never passes to the kernel by itself: fs/init_reply.h). The slow
 // part of the source is a folder that is itself a FUSE mount (a second epochfs),
 // stopped with SIGSTOP: a LOOKUP of a name its kernel has not cached waits for it, one
 // of a name it has cached does not.

@@ -292,12 +292,17 @@ class TortureTest : public MountedDirsTest, public ::testing::WithParamInterface
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Modes, TortureTest, ::testing::Values("notify", "open"));
+// "passthrough": "open" mode with --passthrough, where opens of files no tier holds are
+// served by the kernel from the source, and writers join them (fs/passthrough.h).
+INSTANTIATE_TEST_SUITE_P(Modes, TortureTest, ::testing::Values("notify", "open", "passthrough"));
 
 TEST_P(TortureTest, ConcurrentWritersAndReadersLoseNothingAndSeeNothingWrong) {
   const bool notify = std::string(GetParam()) == "notify";
   // Debug logging: a failure then shows why the daemon dropped the kernel's pages.
-  Mount m(src_, mnt_, cache_, {"--consistency", GetParam(), "--ram", "64M", "--log-level", "debug"});
+  std::vector<std::string> flags = {"--consistency", notify ? "notify" : "open", "--ram", "64M",
+                                    "--log-level", "debug"};
+  if (std::string(GetParam()) == "passthrough") flags.push_back("--passthrough");
+  Mount m(src_, mnt_, cache_, flags);
   ASSERT_TRUE(m.ok()) << m.output();
   // Owners 0 and 1 write through the mount, owner 2 underneath it; two readers.
   struct Child {
@@ -353,6 +358,11 @@ TEST_P(TortureTest, ConcurrentWritersAndReadersLoseNothingAndSeeNothingWrong) {
     EXPECT_EQ(failures, 0u) << c.report << ":\n" << failures_text << DropLog(failures_text);
     std::cout << c.report.filename().string() << ": " << ops << " ops, " << checks
               << " checks, " << failures << " failures\n";
+  }
+  if (std::string(GetParam()) == "passthrough" && m.Stats().value("passthrough", false)) {
+    const uint64_t opens = m.Stats().value("passthrough_opens", uint64_t{0});
+    std::cout << "passthrough opens: " << opens << "\n";
+    EXPECT_GT(opens, 0u) << "the run never served an open by passthrough";
   }
   // Nothing lost: the source holds exactly what each owner's model says, and so does
   // the mount.
