@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "fmt/format.h"
+#include "fs/init_reply.h"
 #include "fs/open_beneath.h"
 #include "spdlog/spdlog.h"
 
@@ -937,9 +938,14 @@ Status SourceFs::Release(std::unique_ptr<FileHandle> fh, OrderWait wait) {
 }
 
 bool SourceFs::MayPassthrough(const Inode& inode, int flags) const {
-  return options_.passthrough && (flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC) &&
-         inode.path_fd && inode.open_handles.load() == 0 && !inodes_.KernelHasRead(inode) &&
-         !cache_->SsdPosition(inode.dev, inode.ino).has_value();
+  // Not granted at INIT (an older kernel): every attempt would be refused. Under a
+  // published plan readahead brings the files ahead of their readers; a passthrough open
+  // of one it is still bringing would throw that work away (docs/benchmarks.md,
+  // "Passthrough").
+  if (prefetcher_ != nullptr && prefetcher_->HasPlan()) return false;
+  return options_.passthrough && PassthroughGranted() && (flags & O_ACCMODE) == O_RDONLY &&
+         !(flags & O_TRUNC) && inode.path_fd && inode.open_handles.load() == 0 &&
+         !inodes_.KernelHasRead(inode) && !cache_->SsdPosition(inode.dev, inode.ino).has_value();
 }
 
 Result<cache::SourceIdentity> SourceFs::NameStillNames(const Inode& inode) {
@@ -989,7 +995,8 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
     if (!opened.ok()) return;  // gone or renamed since: nothing to cache
     const auto& [fd, id] = *opened;
     if (CacheHolds(id)) return;
-    if (auto filled = cache_->Prefetch(cache::SourceFile{.fd = fd.get(), .id = id, .open = {}}); !filled.ok()) {
+    auto filled = cache_->Prefetch(cache::SourceFile{.fd = fd.get(), .id = id, .open = {}});
+    if (!filled.ok()) {
       spdlog::debug("node {}: caching after its passthrough reads: {}", node->nodeid,
                     filled.status().ToString());
     }

@@ -160,6 +160,7 @@ class PrefetcherImpl final : public Prefetcher {
   std::vector<std::string> KnownPaths() const override;
   PrefetcherStats Stats() const override;
   uint64_t Epoch() const override;
+  bool HasPlan() const override { return has_plan_.load(std::memory_order_relaxed); }
 
  private:
   Pattern PatternLocked() const REQUIRES(mu_) {
@@ -347,6 +348,7 @@ class PrefetcherImpl final : public Prefetcher {
   uint32_t replay_rankings_ GUARDED_BY(mu_) = 0;
   uint64_t epoch_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> epoch_now_{0};  // epoch_, for Epoch()
+  std::atomic<bool> has_plan_{false};    // !plan_.empty(), for HasPlan()
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
   // order). Orders refer to it by index.
   std::vector<std::pair<FileKey, std::string>> catalog_ GUARDED_BY(mu_);
@@ -556,6 +558,7 @@ void PrefetcherImpl::NewEpochLocked() {
   landed_.clear();
   taken_.clear();
   plan_.clear();
+  has_plan_.store(false, std::memory_order_relaxed);
   plan_index_.clear();
   plan_order_.clear();
   plan_next_ = plan_cursor_ = replay_next_ = replay_cursor_ = shuffled_next_ = fill_next_ = 0;
@@ -715,6 +718,7 @@ void PrefetcherImpl::Publish(std::vector<PlannedFile> plan, bool new_epoch, uint
     if (new_epoch || plans > plans_) ++plans_published_;
     plans_ = plans;
     plan_ = std::move(plan);
+    has_plan_.store(!plan_.empty(), std::memory_order_relaxed);
     std::vector<FileKey> keys;
     keys.reserve(plan_.size());
     plan_order_.reserve(plan_.size());

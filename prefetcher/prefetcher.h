@@ -253,6 +253,9 @@ class Prefetcher {
   // The current epoch's number (PrefetcherStats::epoch) without the prefetcher's lock:
   // cheap enough to ask at every batch of opens.
   virtual uint64_t Epoch() const = 0;
+  // Whether a published plan orders the current epoch, also without the lock: its
+  // readahead is then the way to the files (fs/passthrough.h leaves them to it).
+  virtual bool HasPlan() const = 0;
 };
 
 }  // namespace epochfs::prefetch

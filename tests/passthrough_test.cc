@@ -83,6 +83,21 @@ TEST_F(PassthroughTest, FirstReadsComeFromTheSourceThroughTheKernelAndLaterOnesF
       << "every READ a hit of what the filler cached";
 }
 
+TEST_F(PassthroughTest, UnderAPublishedPlanReadaheadServesTheFilesNotPassthrough) {
+  const Dataset data = Dataset::Make(src_, 60, 3, 100'000, 11);
+  Mount m(src_, mnt_, cache_, {"--passthrough", "--consistency", "open"});
+  ASSERT_TRUE(m.ok()) << m.output();
+  if (!m.Stats().value("passthrough", false)) GTEST_SKIP() << "no FUSE passthrough";
+  std::string plan = "epochfs-plan 1\n";
+  for (const auto& [path, content] : data.files) plan += path + "\n";
+  ASSERT_EQ(WritePlan(mnt_, plan + "\n"), 0);
+  for (const auto& [path, content] : data.files) {
+    ASSERT_EQ(ReadWhole(mnt_ / path), content) << path;
+  }
+  // A passthrough open of a file readahead is bringing would throw its work away.
+  EXPECT_EQ(Counter(m, "passthrough_opens"), 0u);
+}
+
 TEST_F(PassthroughTest, AFileChangedUnderneathIsReadNewWhateverWasCached) {
   const std::string old_bytes(150'000, 'o');
   WriteFile(src_ / "f", old_bytes);
