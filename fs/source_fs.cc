@@ -637,15 +637,9 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
 }
 
 Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::CheckNode(const Inode& inode) {
-  Location loc = inodes_.LocationOf(inode);
-  if (!loc.parent) return Status::Stale("open: node has no parent");
-  auto st = StatFreshAt(loc.dir_fd(), loc.name);
-  if (!st.ok()) {
-    if (st.status().code() == Code::kNotFound) return Status::Stale(st.status().message());
-    return st.status();
-  }
-  EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
-  return std::make_pair(UniqueFd(), cache::SourceIdentity::FromStat(*st));
+  auto id = NameStillNames(inode, /*past_client_caches=*/true);
+  if (!id.ok()) return id.status();
+  return std::make_pair(UniqueFd(), *id);
 }
 
 Result<OpenResult> SourceFs::Open(uint64_t nodeid, int flags, OrderWait wait) {
@@ -684,7 +678,7 @@ Result<OpenResult> SourceFs::OpenChecked(uint64_t nodeid, int flags, OrderWait w
   // past them: on GlusterFS the forced stat is a round trip to the brick per open.
   const bool joins_passthrough = backing_files_.Has(nodeid);
   if (joins_passthrough || MayPassthrough(**inode, flags)) {
-    auto named = NameStillNames(**inode);
+    auto named = NameStillNames(**inode, /*past_client_caches=*/false);
     if (!named.ok()) return named.status();
     if (joins_passthrough ||
         (!CacheHolds(*named) && inodes_.KernelAttrsShow(**inode, *named, seen))) {
@@ -948,10 +942,12 @@ bool SourceFs::MayPassthrough(const Inode& inode, int flags) const {
          !inodes_.KernelHasRead(inode) && !cache_->SsdPosition(inode.dev, inode.ino).has_value();
 }
 
-Result<cache::SourceIdentity> SourceFs::NameStillNames(const Inode& inode) {
+Result<cache::SourceIdentity> SourceFs::NameStillNames(const Inode& inode,
+                                                      bool past_client_caches) {
   Location loc = inodes_.LocationOf(inode);
   if (!loc.parent) return Status::Stale("open: node has no parent");
-  auto st = StatAt(loc.dir_fd(), loc.name);
+  auto st = past_client_caches ? StatFreshAt(loc.dir_fd(), loc.name)
+                               : StatAt(loc.dir_fd(), loc.name);
   if (!st.ok()) {
     if (st.status().code() == Code::kNotFound) return Status::Stale(st.status().message());
     return st.status();

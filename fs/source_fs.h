@@ -302,9 +302,9 @@ class SourceFs {
   // tier hold the file (checked by node, before any stat; CacheHolds checks the identity
   // once known).
   bool MayPassthrough(const Inode& inode, int flags) const;
-  // `inode`'s identity, stat'ed by its current name as the source's client caches it
-  // (kStale if the name is gone or names another file).
-  Result<cache::SourceIdentity> NameStillNames(const Inode& inode);
+  // `inode`'s identity, stat'ed by its current name (kStale if the name is gone or names
+  // another file): past the source client's caches (CheckNode), or as they have it.
+  Result<cache::SourceIdentity> NameStillNames(const Inode& inode, bool past_client_caches);
   // Whether the cache's tiers hold `id`'s file (its first chunk on the SSD tier, unchecked,
   // or all of it in RAM): an open of it is served by the daemon, not by passthrough.
   bool CacheHolds(const cache::SourceIdentity& id) const;

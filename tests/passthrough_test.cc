@@ -33,6 +33,12 @@ class PassthroughTest : public MountedDirsTest {
     return m;
   }
 
+  // A source file written long enough ago to be cached (the racily-clean rule).
+  void WriteOld(const std::string& name, const std::string& content) {
+    WriteFile(src_ / name, content);
+    AgeFile(src_ / name, 60);
+  }
+
   static uint64_t Counter(const Mount& m, const char* name) {
     return m.Stats().value(name, uint64_t{0});
   }
@@ -100,8 +106,7 @@ TEST_F(PassthroughTest, UnderAPublishedPlanReadaheadServesTheFilesNotPassthrough
 
 TEST_F(PassthroughTest, AFileChangedUnderneathIsReadNewWhateverWasCached) {
   const std::string old_bytes(150'000, 'o');
-  WriteFile(src_ / "f", old_bytes);
-  AgeFile(src_ / "f", 60);
+  WriteOld("f", old_bytes);
   auto m = MountWithPassthrough();
   SKIP_WITHOUT_PASSTHROUGH(m);
   // Open by passthrough, and held open while the source changes: the kernel reads the
@@ -130,8 +135,7 @@ TEST_F(PassthroughTest, ConcurrentOpensOfOneFileShareItsBackingFile) {
   std::vector<std::string> contents;
   for (int i = 0; i < 3; ++i) {
     contents.push_back(std::string(120'000 + i, static_cast<char>('a' + i)));
-    WriteFile(src_ / ("f" + std::to_string(i)), contents.back());
-    AgeFile(src_ / ("f" + std::to_string(i)), 60);
+    WriteOld("f" + std::to_string(i), contents.back());
   }
   auto m = MountWithPassthrough();
   SKIP_WITHOUT_PASSTHROUGH(m);
@@ -153,8 +157,7 @@ TEST_F(PassthroughTest, ConcurrentOpensOfOneFileShareItsBackingFile) {
 
 TEST_F(PassthroughTest, AWriterBesideAPassthroughReaderWritesTheSourceAndNoStaleCopyStays) {
   const std::string old_bytes(100'000, 'o');
-  WriteFile(src_ / "f", old_bytes);
-  AgeFile(src_ / "f", 60);
+  WriteOld("f", old_bytes);
   auto m = MountWithPassthrough();
   SKIP_WITHOUT_PASSTHROUGH(m);
   UniqueFd reader(::open((mnt_ / "f").c_str(), O_RDONLY));
@@ -180,8 +183,7 @@ TEST_F(PassthroughTest, AWriterBesideAPassthroughReaderWritesTheSourceAndNoStale
 }
 
 TEST_F(PassthroughTest, AReaderBesideAWriterServedByTheDaemonIsNoError) {
-  WriteFile(src_ / "f", std::string(50'000, 'o'));
-  AgeFile(src_ / "f", 60);
+  WriteOld("f", std::string(50'000, 'o'));
   auto m = MountWithPassthrough();
   SKIP_WITHOUT_PASSTHROUGH(m);
   // The writer's open is served by the daemon (a first open for writing is never
