@@ -67,6 +67,9 @@ struct Inode {
   std::atomic<int> open_handles{0};
   // Of those, the ones open for writing: changed under open_order (WriteFence).
   std::atomic<int> open_for_writing{0};
+  // Opens and releases of passthrough writers (fs/passthrough.h), whose writes bypass the
+  // daemon: a background fill that saw this move may have read older bytes.
+  std::atomic<uint64_t> passthrough_writes{0};
   // Changes the mount is making to the source file now (see MountChange), and how many
   // it has finished: the kernel follows such changes itself (writes are write-through),
   // so an identity observed while one was under way explains nothing, and dropping the

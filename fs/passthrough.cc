@@ -1,9 +1,11 @@
 #include "fs/passthrough.h"
 
-#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <utility>
 
 #include "fs/change_watcher.h"
@@ -18,9 +20,14 @@ Result<uint32_t> BackingFiles::Acquire(uint64_t nodeid, int fd, Invalidator& ker
     // of its own (the kernel refuses a second backing file for an inode).
     auto id = kernel.OpenBackingFile(fd);
     if (!id.ok()) {
-      if (refusals_++ == 0) {
-        spdlog::warn("passthrough refused by the kernel ({}); opens are served by the daemon",
-                     id.status().ToString());
+      const int err = id.status().err();
+      const bool for_good = err == EPERM || err == ELOOP || err == EBADF || err == EINVAL ||
+                            err == EOPNOTSUPP || err == ENOTTY;
+      if (for_good) usable_.store(false, std::memory_order_relaxed);
+      if (refusals_++ == 0 || for_good) {
+        spdlog::warn("passthrough refused by the kernel ({}); {}", id.status().ToString(),
+                     for_good ? "passthrough is off for this mount"
+                              : "this open is served by the daemon");
       }
       return id.status();
     }
@@ -98,9 +105,8 @@ void IdleFiller::Offer(std::function<void()> task) {
 }
 
 void IdleFiller::Run() {
-  struct sched_param param {};
-  if (::sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
-    spdlog::debug("the passthrough filler runs at normal priority: SCHED_IDLE refused");
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19) != 0) {
+    spdlog::debug("the passthrough filler runs at normal priority: nice 19 refused");
   }
   MutexLock lock(mutex_);
   while (true) {

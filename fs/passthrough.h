@@ -7,8 +7,8 @@
 // "Passthrough: the kernel reads the source"). With passthrough an OPEN reply names a
 // source file registered with the connection, and the kernel reads and writes that file
 // itself, as if there were no mount in between: nothing reaches the daemon until the
-// RELEASE. The daemon then fills its cache with the file in the background, on CPU
-// time nobody else wants (IdleFiller), so later epochs find it cached.
+// RELEASE. The daemon then fills its cache with the file in the background, at the
+// lowest priority (IdleFiller), so later epochs find it cached.
 //
 // The kernel's rule (fs/fuse/iomode.c): all open files of one inode are in one mode, and
 // all passthrough ones name the same backing file. An open that breaks it fails with EIO.
@@ -20,6 +20,7 @@
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -48,6 +49,9 @@ class BackingFiles {
   bool Release(uint64_t nodeid, Invalidator& kernel);
   // Whether `nodeid` has passthrough handles now.
   bool Has(uint64_t nodeid) const;
+  // False once the kernel refused a registration for a reason no later one can escape
+  // (no CAP_SYS_ADMIN, a source stacked too deep, a kernel that takes no O_PATH fd).
+  bool Usable() const { return usable_.load(std::memory_order_relaxed); }
 
   // Names the counters (base/counters.h); `files` may be null: they are then 0.
   static void VisitCounters(const BackingFiles* files, const CounterVisitor& visit);
@@ -61,11 +65,14 @@ class BackingFiles {
   std::unordered_map<uint64_t, Shared> shared_ GUARDED_BY(mutex_);
   uint64_t opens_ GUARDED_BY(mutex_) = 0;     // OPEN replies that named a backing file
   uint64_t refusals_ GUARDED_BY(mutex_) = 0;  // registrations the kernel refused
+  std::atomic<bool> usable_{true};
 };
 
-// Runs queued tasks on one thread of its own, scheduled SCHED_IDLE: only on CPU time no
-// other thread of the machine wants. A full queue drops the task offered (a fill that a
-// later epoch's READs make anyway).
+// Runs queued tasks on one thread of its own at the lowest priority (nice 19): on CPU time
+// other threads leave over, but never starved outright. Not SCHED_IDLE: a READ of a chunk
+// the filler is bringing waits for it (the cache coalesces them), so a thread that may
+// not run at all on a busy machine would stall the reader, and the unmount that joins it.
+// A full queue drops the task offered (a fill that a later epoch's READs make anyway).
 class IdleFiller {
  public:
   explicit IdleFiller(size_t max_queued = 4096);

@@ -937,7 +937,8 @@ bool SourceFs::MayPassthrough(const Inode& inode, int flags) const {
   // of one it is still bringing would throw that work away (docs/benchmarks.md,
   // "Passthrough").
   if (prefetcher_ != nullptr && prefetcher_->HasPlan()) return false;
-  return options_.passthrough && PassthroughGranted() && (flags & O_ACCMODE) == O_RDONLY &&
+  return options_.passthrough && PassthroughGranted() && backing_files_.Usable() &&
+         (flags & O_ACCMODE) == O_RDONLY &&
          !(flags & O_TRUNC) && inode.path_fd && inode.open_handles.load() == 0 &&
          !inodes_.KernelHasRead(inode) && !cache_->SsdPosition(inode.dev, inode.ino).has_value();
 }
@@ -968,7 +969,10 @@ Result<OpenResult> SourceFs::OpenPassthrough(const std::shared_ptr<Inode>& inode
   if (!backing.ok()) return backing.status();
   // Writes through this open go to the source beside the daemon: its cached copy goes
   // now and again at the release (EndPassthrough).
-  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) cache_->Invalidate(id.dev, id.ino);
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
+    inode->passthrough_writes.fetch_add(1);
+    cache_->Invalidate(id.dev, id.ino);
+  }
   // The kernel drops the node's pages at an open without keep_cache, as this one is.
   inode->kernel_pages.Dropped();
   OpenResult result;
@@ -982,19 +986,29 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
   Invalidator* const kernel = kernel_.load();
   const bool last = kernel != nullptr && backing_files_.Release(node->nodeid, *kernel);
   if (wrote) {
+    node->passthrough_writes.fetch_add(1);
     cache_->Invalidate(node->dev, node->ino);
     return;
   }
   if (!last || !filler_) return;
-  filler_->Offer([this, node] {
+  // A weak reference: a queued fill keeps no forgotten node (and its O_PATH fd) alive.
+  filler_->Offer([this, weak = std::weak_ptr<Inode>(node)] {
+    const std::shared_ptr<Inode> node = weak.lock();
+    if (!node || node->open_for_writing.load() > 0) return;
+    const uint64_t writes = node->passthrough_writes.load();
     auto opened = OpenNode(*node, O_RDONLY);
     if (!opened.ok()) return;  // gone or renamed since: nothing to cache
     const auto& [fd, id] = *opened;
-    if (CacheHolds(id)) return;
+    if (id.size == 0 || CacheHolds(id)) return;
     auto filled = cache_->Prefetch(cache::SourceFile{.fd = fd.get(), .id = id, .open = {}});
     if (!filled.ok()) {
       spdlog::debug("node {}: caching after its passthrough reads: {}", node->nodeid,
                     filled.status().ToString());
+    }
+    // A passthrough writer came while the file was read: its writes bypass the daemon,
+    // and one through a shared mapping moves no timestamp the identity would show.
+    if (node->open_for_writing.load() > 0 || node->passthrough_writes.load() != writes) {
+      cache_->Invalidate(id.dev, id.ino);
     }
   });
 }
