@@ -486,14 +486,15 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
   // Not zero-filled first: the read overwrites what it returns, and a sample's memset
   // was a measurable share of the daemon's CPU in a cold epoch (docs/benchmarks.md,
   // "The daemon's work per file read from a network source").
-  std::vector<std::shared_ptr<char[]>> buffers(which.size());
+  std::vector<ChunkBytes::Fresh> buffers;
+  buffers.reserve(which.size());
   std::vector<ReadOp> ops(which.size());
   for (size_t k = 0; k < which.size(); ++k) {
     const uint64_t chunk = first + which[k];
     ops[k].len = ChunkLen(file, chunk);
-    buffers[k] = std::make_shared_for_overwrite<char[]>(ops[k].len);
+    buffers.push_back(ChunkBytes::Fresh::Allocate(ops[k].len));
     ops[k].fd = fd;
-    ops[k].buf = buffers[k].get();
+    ops[k].buf = buffers[k].data();
     ops[k].offset = chunk * options_.chunk_size;
   }
   Status status = io_->ReadBatch(ops);
@@ -508,9 +509,7 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
   const bool settled = unchanged && started_ns - file.id.ctime_ns > kRacilyCleanNs;
   for (size_t k = 0; k < which.size(); ++k) {
     const bool complete = ops[k].bytes_read == ops[k].len;  // else the file shrank
-    const char* data = buffers[k].get();
-    ChunkBytes bytes = ChunkBytes::Share(std::shared_ptr<const char[]>(std::move(buffers[k])),
-                                         data, ops[k].bytes_read, ops[k].len);
+    ChunkBytes bytes = std::move(buffers[k]).Bytes(ops[k].bytes_read);
     pieces[which[k]] = Piece{bytes, Tier::kSource, /*read_here=*/true};
     if (settled && complete) {
       const ChunkKey key = KeyOf(file, first + which[k]);

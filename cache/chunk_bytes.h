@@ -37,25 +37,44 @@ struct ChunkBytes {
                           uint64_t buffer_len) {
     return ChunkBytes{std::move(buffer), data, size, buffer_len};
   }
-  // A copy of `bytes` in memory of its own. A large copy gets a mapping whose pages are
-  // all made present in one call before the copy (MADV_POPULATE_WRITE), rather than one
-  // page fault per 4 KiB page taken by the copy itself: a chunk's bytes are mostly
-  // written once into fresh memory, where those faults cost more than the copy
-  // (docs/benchmarks.md, "The daemon's CPU per file"). Unmapped when the last holder goes.
+  // A copy of `bytes` in memory of its own (Fresh below).
   static ChunkBytes Copy(std::span<const char> bytes) {
-    constexpr size_t kMapFrom = 64 * 1024;
-    if (bytes.size() >= kMapFrom) {
-      const size_t len = (bytes.size() + 4095) / 4096 * 4096;
-      void* map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (map != MAP_FAILED) {
-        (void)::madvise(map, len, MADV_POPULATE_WRITE);  // an older kernel faults instead
-        std::memcpy(map, bytes.data(), bytes.size());
-        std::shared_ptr<const void> owner(map, [len](const void* p) { ::munmap(const_cast<void*>(p), len); });
-        return ChunkBytes{std::move(owner), static_cast<const char*>(map), bytes.size(), len};
-      }
-    }
-    return Own(std::string(bytes.data(), bytes.size()));
+    Fresh fresh = Fresh::Allocate(bytes.size());
+    std::memcpy(fresh.data(), bytes.data(), bytes.size());
+    return std::move(fresh).Bytes(bytes.size());
   }
+  // Memory for `size` bytes about to be written once and then only read: a chunk read
+  // from the source, or a copy. malloc's, so that memory freed by eviction is used again;
+  // the pages of a large one are then made present in one call (MADV_POPULATE_WRITE),
+  // which costs little where they already are and, where they are fresh, less than the
+  // one page fault per 4 KiB page that whatever writes them would take
+  // (docs/benchmarks.md, "The daemon's CPU per file").
+  class Fresh {
+   public:
+    static Fresh Allocate(size_t size) {
+      Fresh fresh(std::shared_ptr<char>(new char[size], std::default_delete<char[]>()), size);
+      constexpr size_t kPopulateFrom = 64 * 1024;
+      if (size >= kPopulateFrom) {
+        const uintptr_t start = reinterpret_cast<uintptr_t>(fresh.data());
+        const uintptr_t first = (start + 4095) & ~uintptr_t{4095};
+        const uintptr_t end = (start + size) & ~uintptr_t{4095};
+        // An older kernel refuses (EINVAL): the writes fault the pages in instead.
+        (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
+      }
+      return fresh;
+    }
+    char* data() const { return memory_.get(); }
+    // The first `size` bytes, written by now, as immutable chunk bytes.
+    ChunkBytes Bytes(size_t size) && {
+      const char* data = memory_.get();
+      return ChunkBytes{std::move(memory_), data, size, len_};
+    }
+
+   private:
+    Fresh(std::shared_ptr<char> memory, size_t len) : memory_(std::move(memory)), len_(len) {}
+    std::shared_ptr<char> memory_;
+    size_t len_;
+  };
   // `bytes` borrowed, not owned: valid only while whoever lent them keeps them (a
   // stream's run buffer). Owned() makes a copy that can be kept.
   static ChunkBytes Borrow(std::span<const char> bytes) {

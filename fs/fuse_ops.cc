@@ -205,6 +205,7 @@ void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
   fi->keep_cache = open->keep_cache;
   fi->fh = reinterpret_cast<uint64_t>(open->handle.get());
   FuseContext& ctx = Ctx(req);  // the request is gone once replied to
+  int sent;
   if (open->backing_id) {
     // libfuse 3.14's fuse_reply_open cannot name a backing file: the reply is written
     // as the kernel reads it (struct fuse_open_out of protocol 7.40, whose last field,
@@ -214,14 +215,11 @@ void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
     out.fh = fi->fh;
     out.open_flags = kOpenPassthrough;
     std::memcpy(&out.padding, &*open->backing_id, sizeof(out.padding));
-    if (fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof(out)) == 0) {
-      open->handle.release();
-    } else {
-      ReleaseHandle(ctx, ino, std::move(open->handle));
-    }
-    return;
+    sent = fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof(out));
+  } else {
+    sent = fuse_reply_open(req, fi);
   }
-  if (fuse_reply_open(req, fi) == 0) {
+  if (sent == 0) {
     open->handle.release();  // owned by the kernel's file now; freed in release
   } else {
     // The opener is gone (interrupted): released as the kernel would have, so that a
