@@ -154,7 +154,10 @@ class CacheImpl final : public Cache {
   ~CacheImpl() override = default;
 
   Result<ReadBuffer> Read(const SourceFile& file, uint64_t offset, size_t length) override;
-  Result<PrefetchResult> Prefetch(const SourceFile& file) override;
+  Result<PrefetchResult> Prefetch(const SourceFile& file) override {
+    return PrefetchTaken(file, nullptr);
+  }
+  Result<PrefetchResult> PrefetchTaken(const SourceFile& file, const WholeFileTaker& take) override;
 
   std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files,
                                   const WholeFileTaker& take) override;
@@ -264,10 +267,11 @@ class CacheImpl final : public Cache {
     return std::min<uint64_t>(options_.chunk_size, file.id.size - start);
   }
 
+  // `take` (may be empty): PrefetchTaken's.
   Status FillFromBelow(const SourceFile& file, uint64_t first, const std::vector<size_t>& missing,
-                       std::vector<Piece>& pieces);
+                       std::vector<Piece>& pieces, const WholeFileTaker& take = {});
   Status ReadFromSource(const SourceFile& file, uint64_t first, const std::vector<size_t>& which,
-                        std::vector<Piece>& pieces);
+                        std::vector<Piece>& pieces, const WholeFileTaker& take = {});
   void Publish(const ChunkKey& key, const std::shared_ptr<Inflight>& inflight, bool ok,
                const Piece& piece);
   ReadBuffer Assemble(uint64_t offset, uint64_t end, uint64_t first, const SourceFile& file,
@@ -324,7 +328,8 @@ Result<ReadBuffer> CacheImpl::Read(const SourceFile& file, uint64_t offset, size
   return Assemble(offset, end, first, file, pieces);
 }
 
-Result<PrefetchResult> CacheImpl::Prefetch(const SourceFile& file) {
+Result<PrefetchResult> CacheImpl::PrefetchTaken(const SourceFile& file,
+                                                const WholeFileTaker& take) {
   PrefetchResult result;
   const uint64_t size = file.id.size;
   if (size == 0) return result;
@@ -341,7 +346,7 @@ Result<PrefetchResult> CacheImpl::Prefetch(const SourceFile& file) {
   if (!missing.empty()) {
     // The same path as a demand miss (coalesced with concurrent readers of the chunk),
     // but Assemble() is skipped, so nothing counts as a hit or a miss.
-    EPOCHFS_RETURN_IF_ERROR(FillFromBelow(file, 0, missing, pieces));
+    EPOCHFS_RETURN_IF_ERROR(FillFromBelow(file, 0, missing, pieces, take));
     for (size_t i : missing) {
       prefetch_bytes_ += pieces[i].bytes.size;
       if (pieces[i].tier == Tier::kSsd) ++prefetch_from_ssd_;
@@ -396,7 +401,8 @@ std::vector<bool> CacheImpl::StreamFromSsd(std::span<const SourceIdentity> files
 }
 
 Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
-                                const std::vector<size_t>& missing, std::vector<Piece>& pieces) {
+                                const std::vector<size_t>& missing, std::vector<Piece>& pieces,
+                                const WholeFileTaker& take) {
   struct Claim {
     size_t i;
     std::shared_ptr<Inflight> inflight;  // null: not coalesced (see below)
@@ -451,7 +457,7 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
     }
   }
   Status status;
-  if (!from_source.empty()) status = ReadFromSource(file, first, from_source, pieces);
+  if (!from_source.empty()) status = ReadFromSource(file, first, from_source, pieces, take);
   for (const Claim* claim : source_claims) {
     Publish(KeyOf(file, first + claim->i), claim->inflight, status.ok(), pieces[claim->i]);
   }
@@ -469,12 +475,13 @@ Status CacheImpl::FillFromBelow(const SourceFile& file, uint64_t first,
       retry.push_back(claim.i);
     }
   }
-  if (!retry.empty()) return ReadFromSource(file, first, retry, pieces);
+  if (!retry.empty()) return ReadFromSource(file, first, retry, pieces, take);
   return Status::Ok();
 }
 
 Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
-                                 const std::vector<size_t>& which, std::vector<Piece>& pieces) {
+                                 const std::vector<size_t>& which, std::vector<Piece>& pieces,
+                                 const WholeFileTaker& take) {
   int fd = file.fd;
   if (fd < 0) {
     if (!file.open) return Status::InvalidArgument("source read without an fd or a way to open one");
@@ -513,7 +520,8 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
     pieces[which[k]] = Piece{bytes, Tier::kSource, /*read_here=*/true};
     if (settled && complete) {
       const ChunkKey key = KeyOf(file, first + which[k]);
-      ram_->Insert(key, file.id, bytes);
+      const bool whole = first + which[k] == 0 && bytes.size == file.id.size;
+      if (!(take && whole && take(file.id, bytes.span()))) ram_->Insert(key, file.id, bytes);
       if (ssd_) ssd_->Enqueue(key, file.id, std::move(bytes));
     } else {
       ++not_admitted_;

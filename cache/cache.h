@@ -257,6 +257,13 @@ class Cache {
   using WholeFileTaker = std::function<bool(const SourceIdentity& file, std::span<const char> bytes)>;
   virtual std::vector<bool> StreamFromSsd(std::span<const SourceIdentity> files,
                                           const WholeFileTaker& take = {}) = 0;
+  // Prefetch() of a file whose bytes the caller can hand on whole (the passthrough filler:
+  // the kernel read the file from the source itself and holds none of it): a whole file
+  // (one chunk) read from the source is first offered to `take`, and when it takes them
+  // (into the kernel's page cache) the RAM tier keeps no copy, for the reason
+  // StreamFromSsd's taker has; the SSD tier gets them either way.
+  virtual Result<PrefetchResult> PrefetchTaken(const SourceFile& file,
+                                               const WholeFileTaker& take) = 0;
 
   // Moves the bytes of `file` from the RAM tier into the kernel's page cache:
   // `store(offset, bytes)` is called for each chunk in order and says whether the kernel

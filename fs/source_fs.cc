@@ -990,7 +990,9 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
     cache_->Invalidate(node->dev, node->ino);
     return;
   }
-  if (!last || !filler_) return;
+  if (!last) return;
+  if (SourceObserver* observer = observer_.load()) observer->PassthroughClosed(*node);
+  if (!filler_) return;
   // A weak reference: a queued fill keeps no forgotten node (and its O_PATH fd) alive.
   filler_->Offer([this, weak = std::weak_ptr<Inode>(node)] {
     const std::shared_ptr<Inode> node = weak.lock();
@@ -1000,7 +1002,16 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
     if (!opened.ok()) return;  // gone or renamed since: nothing to cache
     const auto& [fd, id] = *opened;
     if (id.size == 0 || CacheHolds(id)) return;
-    auto filled = cache_->Prefetch(cache::SourceFile{.fd = fd.get(), .id = id, .open = {}});
+    // The bytes go on into the kernel's page cache where they can, rather than into RAM:
+    // the next open then reads them with no request, as after READs the daemon answered.
+    cache::Cache::WholeFileTaker take;
+    if (SourceObserver* observer = observer_.load()) {
+      take = [observer](const cache::SourceIdentity& file, std::span<const char> bytes) {
+        return observer->TakeFilled(file, bytes);
+      };
+    }
+    auto filled =
+        cache_->PrefetchTaken(cache::SourceFile{.fd = fd.get(), .id = id, .open = {}}, take);
     if (!filled.ok()) {
       spdlog::debug("node {}: caching after its passthrough reads: {}", node->nodeid,
                     filled.status().ToString());
@@ -1009,6 +1020,10 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
     // and one through a shared mapping moves no timestamp the identity would show.
     if (node->open_for_writing.load() > 0 || node->passthrough_writes.load() != writes) {
       cache_->Invalidate(id.dev, id.ino);
+      if (Invalidator* kernel = kernel_.load()) {
+        inodes_.DropKernelAttrs(*node);
+        kernel->InvalidateInode(node->nodeid);  // off the FUSE workers: may notify
+      }
     }
   });
 }

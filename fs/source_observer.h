@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cache/cache.h"
@@ -49,6 +50,16 @@ class SourceObserver {
   // file is the observer's to keep (kernel_cache/residency.h).
   virtual void ReadAnswered(Inode& node, uint64_t offset, uint64_t bytes,
                             const cache::SourceIdentity& file) = 0;
+  // The last passthrough handle of `node` closed (fs/passthrough.h): the kernel read the
+  // file from the source itself, and marked its attributes' atime stale at every read,
+  // as READs do.
+  virtual void PassthroughClosed(const Inode& node) = 0;
+  // The passthrough filler (fs/passthrough.h) read the whole of `file` from the source
+  // after the kernel had read it by passthrough, which leaves none of it in the mount's
+  // page cache: true when `bytes` (valid during the call) went on into that page cache
+  // now, so that the RAM tier need not keep them. Called on the filler's thread, not a
+  // FUSE worker's: it may notify the kernel, but never waits for a node's open_order.
+  virtual bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) = 0;
 };
 
 }  // namespace epochfs::fs

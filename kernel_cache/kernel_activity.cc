@@ -89,6 +89,17 @@ void KernelActivity::ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t byt
   if (PageCachePusher* pusher = pusher_.load()) pusher->AfterWholeRead(node, file);
 }
 
+void KernelActivity::PassthroughClosed(const fs::Inode& node) {
+  // Listed again like a folder of files READs served, so that the next open's stat costs
+  // no GETATTR.
+  if (AttrRefresh* refresh = attr_refresh_.load()) refresh->ReadToEnd(fs_.RelativePath(node));
+}
+
+bool KernelActivity::TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) {
+  PageCachePusher* pusher = pusher_.load();
+  return pusher != nullptr && pusher->TakeFilled(file, bytes);
+}
+
 void KernelActivity::VisitCounters(const KernelActivity* activity, const CounterVisitor& visit) {
   constexpr auto kCounter = CounterKind::kCounter;
   const uint64_t pushes = activity ? activity->pushes_at_open_.load(std::memory_order_relaxed) : 0;

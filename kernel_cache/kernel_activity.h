@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 
 #include "base/counters.h"
 #include "fs/source_observer.h"
@@ -63,6 +64,8 @@ class KernelActivity final : public fs::SourceObserver {
   void DemandRead(const fs::Inode& node, uint64_t offset) override;
   void ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t bytes,
                     const cache::SourceIdentity& file) override;
+  void PassthroughClosed(const fs::Inode& node) override;
+  bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) override;
 
   // Names the counters (base/counters.h); `activity` may be null: they are then 0.
   static void VisitCounters(const KernelActivity* activity, const CounterVisitor& visit);

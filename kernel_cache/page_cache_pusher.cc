@@ -119,6 +119,19 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file, fs::OrderWai
 }
 
 bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) {
+  const bool pushed = Take(file, bytes, /*only_unopened=*/false, fs::OrderWait::kWait);
+  if (pushed) pushed_from_stream_.fetch_add(1, std::memory_order_relaxed);
+  return pushed;
+}
+
+bool PageCachePusher::TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) {
+  const bool pushed = Take(file, bytes, /*only_unopened=*/true, fs::OrderWait::kNoWait);
+  if (pushed) pushed_after_passthrough_.fetch_add(1, std::memory_order_relaxed);
+  return pushed;
+}
+
+bool PageCachePusher::Take(const cache::SourceIdentity& file, std::span<const char> bytes,
+                           bool only_unopened, fs::OrderWait wait) {
   if (bytes.size() != file.size) return false;
   std::shared_lock attached(attach_mu_);
   if (session_ == nullptr) return false;
@@ -126,10 +139,16 @@ bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<con
   if (!node || node->is_dir) return false;  // Offer counts and retries it, from RAM
   // Under a memory limit the pages are charged as a kernel entry of the RAM tier, made
   // for them (Cache::MoveToKernel); without one they are the kernel's own copy.
-  const PushResult pushed = StoreChecked(*node, file, [&](const cache::Cache::KernelStore& store) {
-    return one_copy_ ? cache_->MoveToKernel(file, bytes, store) : store(0, bytes);
-  });
-  if (pushed == PushResult::kPushed) pushed_from_stream_.fetch_add(1, std::memory_order_relaxed);
+  const PushResult pushed = StoreChecked(
+      *node, file,
+      [&](const cache::Cache::KernelStore& store) {
+        // No handle open (read under open_order, which keeps new opens out meanwhile):
+        // then no READ of the file is in flight, holding page locks the store would wait
+        // for while the READ waits for the caller's fill of these very bytes.
+        if (only_unopened && node->open_handles.load() != 0) return false;
+        return one_copy_ ? cache_->MoveToKernel(file, bytes, store) : store(0, bytes);
+      },
+      wait);
   return pushed == PushResult::kPushed;
 }
 
@@ -372,6 +391,7 @@ PageCachePusher::Stats PageCachePusher::GetStats() const {
   s.reads_moved = reads_moved_.load();
   s.reads_dropped = reads_dropped_.load();
   s.pushed_from_stream = pushed_from_stream_.load();
+  s.pushed_after_passthrough = pushed_after_passthrough_.load();
   return s;
 }
 
@@ -391,6 +411,12 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
                     kCounter}
             .Show({.row = "page cache pushes", .label = "from the stream"}),
         s.pushed_from_stream);
+  visit(CounterInfo{"pushed_after_passthrough",
+                    "Of pushed_files: read by the passthrough filler after the kernel read "
+                    "them from the source, stored from its buffer, never kept in the RAM tier.",
+                    kCounter}
+            .Show({.row = "page cache pushes", .label = "after passthrough", .quiet = true}),
+        s.pushed_after_passthrough);
   visit(CounterInfo{"push_not_known",
                     "Pushes skipped: the kernel had not looked the file up yet.", kCounter}
             .Show({.row = "page cache pushes", .label = "inode unknown"}),

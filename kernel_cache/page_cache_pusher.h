@@ -107,6 +107,11 @@ class PageCachePusher final : public prefetch::KernelPages {
   // buffer: as the kernel's own copy, or under a memory limit as a kernel entry of the
   // RAM tier made for it (charged and dropped like a moved file's).
   bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) override;
+  // The same for the whole of `file` the passthrough filler just read from the source
+  // (fs/passthrough.h): the kernel read it by passthrough, so it holds none of it. Only
+  // while no handle has the file open, and never a wait for its open_order: the filler
+  // holds the fill of these bytes, which a READ in flight may be waiting for.
+  bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes);
   // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
   // page cache now. Unless kPushed, the bytes stay in RAM. A FUSE worker passes
   // OrderWait::kNoWait: kRefused, not a wait, while the node's open_order is held.
@@ -141,6 +146,7 @@ class PageCachePusher final : public prefetch::KernelPages {
     uint64_t reads_moved = 0;    // files a READ delivered whole, then charged as kernel entries
     uint64_t reads_dropped = 0;  // files a READ delivered whole, whose pages were dropped
     uint64_t pushed_from_stream = 0;  // of pushed_files: by TakeWhole
+    uint64_t pushed_after_passthrough = 0;  // of pushed_files: by TakeFilled
   };
   Stats GetStats() const;
   // Names the counters above (base/counters.h); `pusher` may be null (pushing off):
@@ -158,6 +164,10 @@ class PageCachePusher final : public prefetch::KernelPages {
   // Stores `file`'s bytes into `node`'s pages by calling `deliver` with the store, under
   // the node's open_order and behind the write fence, between the identity checks that
   // keep the pages from being stale (see the top of this file). Under attach_mu_.
+  // TakeWhole and TakeFilled: `bytes` stored as `file`'s; `only_unopened`: only while no
+  // handle has the file open.
+  bool Take(const cache::SourceIdentity& file, std::span<const char> bytes, bool only_unopened,
+            fs::OrderWait wait);
   using Deliver = std::function<bool(const cache::Cache::KernelStore& store)>;
   PushResult StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
                           const Deliver& deliver, fs::OrderWait wait = fs::OrderWait::kWait);
@@ -191,7 +201,7 @@ class PageCachePusher final : public prefetch::KernelPages {
 
   std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, not_known_{0}, refused_{0},
       writers_open_{0}, store_errors_{0}, dropped_after_{0}, reads_moved_{0}, reads_dropped_{0},
-      pushed_from_stream_{0};
+      pushed_from_stream_{0}, pushed_after_passthrough_{0};
   std::thread drop_thread_;
 };
 

@@ -518,6 +518,7 @@ const std::vector<std::string> kStatsKeys = {
     "push_not_known",
     "push_refused",
     "push_writers_open",
+    "pushed_after_passthrough",
     "pushed_at_open",
     "pushed_bytes",
     "pushed_files",

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +88,49 @@ TEST_F(PassthroughTest, FirstReadsComeFromTheSourceThroughTheKernelAndLaterOnesF
   EXPECT_GT(ChunkReads(*m), 0u);
   EXPECT_EQ(m->Stats().value("misses", uint64_t{1}), 0u)
       << "every READ a hit of what the filler cached";
+}
+
+// With readahead on, the page-cache pusher exists: the filler's bytes go on into the
+// kernel's pages instead of the RAM tier, and the next open reads them with no request.
+TEST_F(PassthroughTest, AFilledFileGoesOnIntoTheKernelsPagesAndItsNextReadSendsNoRequest) {
+  std::vector<std::string> contents;
+  for (int i = 0; i < 24; ++i) {
+    contents.push_back(std::string(60'000 + 1'000 * i, static_cast<char>('a' + i)));
+    WriteOld("f" + std::to_string(i), contents.back());
+  }
+  std::vector<int> order(contents.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));  // no pattern to read ahead
+  Mount m(src_, mnt_, cache_, {"--passthrough", "--consistency", "open"});
+  ASSERT_TRUE(m.ok()) << m.output();
+  if (!m.Stats().value("passthrough", false)) GTEST_SKIP() << "no FUSE passthrough";
+  for (int i : order) ASSERT_EQ(ReadWhole(mnt_ / ("f" + std::to_string(i))), contents[i]) << i;
+  const uint64_t opens = Counter(m, "passthrough_opens");
+  ASSERT_GT(opens, 0u);
+  ASSERT_TRUE(FilledWithin(m, opens, std::chrono::seconds(20)));
+  EXPECT_EQ(Counter(m, "pushed_after_passthrough"), opens) << m.Stats().dump();
+  const uint64_t reads_before = ChunkReads(m);
+  for (int i : order) ASSERT_EQ(ReadWhole(mnt_ / ("f" + std::to_string(i))), contents[i]) << i;
+  EXPECT_EQ(Counter(m, "passthrough_opens"), opens) << "a filled file opened by passthrough again";
+  // Each filled file the kernel did not hold would cost a READ (this VM's reclaim may
+  // take a page now and then, hence not 0).
+  EXPECT_LT(ChunkReads(m) - reads_before, opens) << m.Stats().dump();
+}
+
+TEST_F(PassthroughTest, AFileChangedAfterItsFillWentIntoTheKernelIsReadNew) {
+  const std::string old_bytes(120'000, 'o');
+  WriteOld("f", old_bytes);
+  Mount m(src_, mnt_, cache_, {"--passthrough", "--consistency", "open"});
+  ASSERT_TRUE(m.ok()) << m.output();
+  if (!m.Stats().value("passthrough", false)) GTEST_SKIP() << "no FUSE passthrough";
+  ASSERT_EQ(ReadWhole(mnt_ / "f"), old_bytes);
+  ASSERT_EQ(Counter(m, "passthrough_opens"), 1u);
+  ASSERT_TRUE(FilledWithin(m, 1, std::chrono::seconds(20)));
+  ASSERT_EQ(Counter(m, "pushed_after_passthrough"), 1u) << m.Stats().dump();
+  // The same size: only the identity's times tell the kernel's pages are old.
+  const std::string new_bytes(120'000, 'n');
+  WriteFile(src_ / "f", new_bytes);
+  EXPECT_EQ(ReadWhole(mnt_ / "f"), new_bytes);
 }
 
 TEST_F(PassthroughTest, UnderAPublishedPlanReadaheadServesTheFilesNotPassthrough) {
