@@ -520,8 +520,11 @@ Status CacheImpl::ReadFromSource(const SourceFile& file, uint64_t first,
     pieces[which[k]] = Piece{bytes, Tier::kSource, /*read_here=*/true};
     if (settled && complete) {
       const ChunkKey key = KeyOf(file, first + which[k]);
+      // Taken only where the SSD tier keeps a copy: the kernel may reclaim its pages.
       const bool whole = first + which[k] == 0 && bytes.size == file.id.size;
-      if (!(take && whole && take(file.id, bytes.span()))) ram_->Insert(key, file.id, bytes);
+      if (!(ssd_ && take && whole && take(file.id, bytes.span()))) {
+        ram_->Insert(key, file.id, bytes);
+      }
       if (ssd_) ssd_->Enqueue(key, file.id, std::move(bytes));
     } else {
       ++not_admitted_;

@@ -261,7 +261,7 @@ class Cache {
   // the kernel read the file from the source itself and holds none of it): a whole file
   // (one chunk) read from the source is first offered to `take`, and when it takes them
   // (into the kernel's page cache) the RAM tier keeps no copy, for the reason
-  // StreamFromSsd's taker has; the SSD tier gets them either way.
+  // StreamFromSsd's taker has. Only with an SSD tier, which gets them either way.
   virtual Result<PrefetchResult> PrefetchTaken(const SourceFile& file,
                                                const WholeFileTaker& take) = 0;
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -44,21 +45,28 @@ struct ChunkBytes {
     return std::move(fresh).Bytes(bytes.size());
   }
   // Memory for `size` bytes about to be written once and then only read: a chunk read
-  // from the source, or a copy. malloc's, so that memory freed by eviction is used again;
-  // the pages of a large one are then made present in one call (MADV_POPULATE_WRITE),
-  // which costs little where they already are and, where they are fresh, less than the
-  // one page fault per 4 KiB page that whatever writes them would take
-  // (docs/benchmarks.md, "The daemon's CPU per file").
+  // from the source, or a copy. malloc's, so that memory freed by eviction is used again
+  // (below the daemon's mmap threshold: daemon.cc); the pages of a large one are then
+  // made present in one call (MADV_POPULATE_WRITE), which costs little where they
+  // already are and, where they are fresh, less than the one page fault per page that
+  // whatever writes them would take (docs/benchmarks.md, "Fresh memory").
   class Fresh {
    public:
     static Fresh Allocate(size_t size) {
-      Fresh fresh(std::shared_ptr<char>(new char[size], std::default_delete<char[]>()), size);
+      static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
       constexpr size_t kPopulateFrom = 64 * 1024;
-      if (size >= kPopulateFrom) {
-        const uintptr_t start = reinterpret_cast<uintptr_t>(fresh.data());
-        const uintptr_t first = (start + 4095) & ~uintptr_t{4095};
-        const uintptr_t end = (start + size) & ~uintptr_t{4095};
-        // An older kernel refuses (EINVAL): the writes fault the pages in instead.
+      if (size < kPopulateFrom) {
+        return Fresh(std::shared_ptr<char>(new char[size], std::default_delete<char[]>()), size);
+      }
+      // Counted as the whole pages a block this large takes (malloc maps those above
+      // its threshold).
+      Fresh fresh(std::shared_ptr<char>(new char[size], std::default_delete<char[]>()),
+                  (size + kPage - 1) / kPage * kPage);
+      const uintptr_t start = reinterpret_cast<uintptr_t>(fresh.data());
+      const uintptr_t first = (start + kPage - 1) / kPage * kPage;
+      const uintptr_t end = (start + size) / kPage * kPage;  // the block's whole pages only
+      // An older kernel refuses (EINVAL): the writes fault the pages in instead.
+      if (end > first) {
         (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
       }
       return fresh;

@@ -81,14 +81,16 @@ void BackingFiles::VisitCounters(const BackingFiles* files, const CounterVisitor
 IdleFiller::IdleFiller(size_t max_queued)
     : max_queued_(max_queued), thread_([this] { Run(); }) {}
 
-IdleFiller::~IdleFiller() {
+IdleFiller::~IdleFiller() { Stop(); }
+
+void IdleFiller::Stop() {
   {
     MutexLock lock(mutex_);
     stopping_ = true;
     queue_.clear();
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void IdleFiller::Offer(std::function<void()> task) {

@@ -76,7 +76,10 @@ class BackingFiles {
 class IdleFiller {
  public:
   explicit IdleFiller(size_t max_queued = 4096);
-  ~IdleFiller();  // drops what is queued and joins the thread
+  ~IdleFiller();  // Stop()
+  // Drops what is queued and waits for the task under way; later offers are dropped.
+  // Idempotent.
+  void Stop();
   IdleFiller(const IdleFiller&) = delete;
   IdleFiller& operator=(const IdleFiller&) = delete;
 

@@ -337,6 +337,9 @@ void SourceFs::WarmMetadata(std::vector<std::string> paths,
 }
 
 void SourceFs::AttachKernel(ChangeWatcher* watcher, Invalidator* kernel) {
+  // The filler pushes into the kernel and drops its pages through the observer and
+  // `kernel`, which go after this: it stops first.
+  if (kernel == nullptr && filler_) filler_->Stop();
   watcher_.store(watcher);
   kernel_.store(kernel);
   if (watcher) watcher->Watch(*inodes_.root());
@@ -1006,8 +1009,8 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
     // the next open then reads them with no request, as after READs the daemon answered.
     cache::Cache::WholeFileTaker take;
     if (SourceObserver* observer = observer_.load()) {
-      take = [observer](const cache::SourceIdentity& file, std::span<const char> bytes) {
-        return observer->TakeFilled(file, bytes);
+      take = [observer, writes](const cache::SourceIdentity& file, std::span<const char> bytes) {
+        return observer->TakeFilled(file, bytes, writes);
       };
     }
     auto filled =
@@ -1018,12 +1021,16 @@ void SourceFs::EndPassthrough(const std::shared_ptr<Inode>& node, bool wrote) {
     }
     // A passthrough writer came while the file was read: its writes bypass the daemon,
     // and one through a shared mapping moves no timestamp the identity would show.
-    if (node->open_for_writing.load() > 0 || node->passthrough_writes.load() != writes) {
+    const bool passthrough_writer_came = node->passthrough_writes.load() != writes;
+    if (node->open_for_writing.load() > 0 || passthrough_writer_came) {
       cache_->Invalidate(id.dev, id.ino);
-      if (Invalidator* kernel = kernel_.load()) {
-        inodes_.DropKernelAttrs(*node);
-        kernel->InvalidateInode(node->nodeid);  // off the FUSE workers: may notify
-      }
+    }
+    // The kernel's pages too, should the store have come before that writer (a writer
+    // through the mount writes through them instead). Not under a writer's open: its
+    // release drops them (DropOwedPages), as for any drop owed to a writer.
+    if (passthrough_writer_came) {
+      node->pages_drop_owed = true;
+      (void)DropOwedPages(*node, OrderWait::kWait);  // off the FUSE workers: may wait
     }
   });
 }

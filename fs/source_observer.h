@@ -57,9 +57,12 @@ class SourceObserver {
   // The passthrough filler (fs/passthrough.h) read the whole of `file` from the source
   // after the kernel had read it by passthrough, which leaves none of it in the mount's
   // page cache: true when `bytes` (valid during the call) went on into that page cache
-  // now, so that the RAM tier need not keep them. Called on the filler's thread, not a
-  // FUSE worker's: it may notify the kernel, but never waits for a node's open_order.
-  virtual bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) = 0;
+  // now, so that the RAM tier need not keep them; false once a passthrough writer came
+  // after the node's Inode::passthrough_writes read `passthrough_writes_seen`. Called on
+  // the filler's thread, not a FUSE worker's: it may notify the kernel, but never waits
+  // for a node's open_order.
+  virtual bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes,
+                          uint64_t passthrough_writes_seen) = 0;
 };
 
 }  // namespace epochfs::fs

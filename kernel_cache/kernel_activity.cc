@@ -95,9 +95,10 @@ void KernelActivity::PassthroughClosed(const fs::Inode& node) {
   if (AttrRefresh* refresh = attr_refresh_.load()) refresh->ReadToEnd(fs_.RelativePath(node));
 }
 
-bool KernelActivity::TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) {
+bool KernelActivity::TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes,
+                                uint64_t passthrough_writes_seen) {
   PageCachePusher* pusher = pusher_.load();
-  return pusher != nullptr && pusher->TakeFilled(file, bytes);
+  return pusher != nullptr && pusher->TakeFilled(file, bytes, passthrough_writes_seen);
 }
 
 void KernelActivity::VisitCounters(const KernelActivity* activity, const CounterVisitor& visit) {

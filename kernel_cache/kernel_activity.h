@@ -65,7 +65,8 @@ class KernelActivity final : public fs::SourceObserver {
   void ReadAnswered(fs::Inode& node, uint64_t offset, uint64_t bytes,
                     const cache::SourceIdentity& file) override;
   void PassthroughClosed(const fs::Inode& node) override;
-  bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) override;
+  bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes,
+                  uint64_t passthrough_writes_seen) override;
 
   // Names the counters (base/counters.h); `activity` may be null: they are then 0.
   static void VisitCounters(const KernelActivity* activity, const CounterVisitor& visit);

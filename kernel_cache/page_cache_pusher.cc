@@ -119,19 +119,29 @@ PushResult PageCachePusher::Push(const cache::SourceIdentity& file, fs::OrderWai
 }
 
 bool PageCachePusher::TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) {
-  const bool pushed = Take(file, bytes, /*only_unopened=*/false, fs::OrderWait::kWait);
+  const bool pushed = Take(file, bytes, fs::OrderWait::kWait, {});
   if (pushed) pushed_from_stream_.fetch_add(1, std::memory_order_relaxed);
   return pushed;
 }
 
-bool PageCachePusher::TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes) {
-  const bool pushed = Take(file, bytes, /*only_unopened=*/true, fs::OrderWait::kNoWait);
+bool PageCachePusher::TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes,
+                                 uint64_t passthrough_writes_seen) {
+  // No handle open: then no READ of the file is in flight, holding page locks a store
+  // or a drop would wait for while the READ waits for the caller's fill of these very
+  // bytes (new opens wait for open_order meanwhile). No passthrough writer since the
+  // fill's read: its writes bypassed the daemon, and one through a shared mapping moves
+  // no timestamp the identity checks would see.
+  const auto unopened_and_unwritten = [passthrough_writes_seen](const fs::Inode& node) {
+    return node.open_handles.load() == 0 &&
+           node.passthrough_writes.load() == passthrough_writes_seen;
+  };
+  const bool pushed = Take(file, bytes, fs::OrderWait::kNoWait, unopened_and_unwritten);
   if (pushed) pushed_after_passthrough_.fetch_add(1, std::memory_order_relaxed);
   return pushed;
 }
 
 bool PageCachePusher::Take(const cache::SourceIdentity& file, std::span<const char> bytes,
-                           bool only_unopened, fs::OrderWait wait) {
+                           fs::OrderWait wait, const Precondition& only_if) {
   if (bytes.size() != file.size) return false;
   std::shared_lock attached(attach_mu_);
   if (session_ == nullptr) return false;
@@ -142,18 +152,15 @@ bool PageCachePusher::Take(const cache::SourceIdentity& file, std::span<const ch
   const PushResult pushed = StoreChecked(
       *node, file,
       [&](const cache::Cache::KernelStore& store) {
-        // No handle open (read under open_order, which keeps new opens out meanwhile):
-        // then no READ of the file is in flight, holding page locks the store would wait
-        // for while the READ waits for the caller's fill of these very bytes.
-        if (only_unopened && node->open_handles.load() != 0) return false;
         return one_copy_ ? cache_->MoveToKernel(file, bytes, store) : store(0, bytes);
       },
-      wait);
+      wait, only_if);
   return pushed == PushResult::kPushed;
 }
 
 PushResult PageCachePusher::StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
-                                         const Deliver& deliver, fs::OrderWait wait) {
+                                         const Deliver& deliver, fs::OrderWait wait,
+                                         const Precondition& only_if) {
   bool stored = false;
   bool forgotten = false;
   {
@@ -162,6 +169,11 @@ PushResult PageCachePusher::StoreChecked(fs::Inode& node, const cache::SourceIde
       return PushResult::kRefused;
     }
     MutexLock order(node.open_order, std::adopt_lock);
+    // Before anything that may notify the kernel (MayStore's drop of older pages).
+    if (only_if && !only_if(node)) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return PushResult::kRefused;
+    }
     const Result<fs::WriteFence::Held> fenced = fence_->Enter(*inodes_, node);
     if (!fenced.ok()) {
       if (fenced.status().code() == Code::kBusy) {
@@ -413,7 +425,8 @@ void PageCachePusher::VisitCounters(const PageCachePusher* pusher, const Counter
         s.pushed_from_stream);
   visit(CounterInfo{"pushed_after_passthrough",
                     "Of pushed_files: read by the passthrough filler after the kernel read "
-                    "them from the source, stored from its buffer, never kept in the RAM tier.",
+                    "them from the source, stored from its buffer, never copied into the RAM "
+                    "tier.",
                     kCounter}
             .Show({.row = "page cache pushes", .label = "after passthrough", .quiet = true}),
         s.pushed_after_passthrough);

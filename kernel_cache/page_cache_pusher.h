@@ -109,9 +109,12 @@ class PageCachePusher final : public prefetch::KernelPages {
   bool TakeWhole(const cache::SourceIdentity& file, std::span<const char> bytes) override;
   // The same for the whole of `file` the passthrough filler just read from the source
   // (fs/passthrough.h): the kernel read it by passthrough, so it holds none of it. Only
-  // while no handle has the file open, and never a wait for its open_order: the filler
-  // holds the fill of these bytes, which a READ in flight may be waiting for.
-  bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes);
+  // while no handle has the file open and its count of passthrough writers
+  // (Inode::passthrough_writes) is still `passthrough_writes_seen`, both read under its
+  // open_order before anything else, and never a wait for that lock: the filler holds
+  // the fill of these bytes, which a READ in flight may be waiting for.
+  bool TakeFilled(const cache::SourceIdentity& file, std::span<const char> bytes,
+                  uint64_t passthrough_writes_seen);
   // Moves the bytes of `file`, in the RAM tier with this identity, into the kernel's
   // page cache now. Unless kPushed, the bytes stay in RAM. A FUSE worker passes
   // OrderWait::kNoWait: kRefused, not a wait, while the node's open_order is held.
@@ -164,13 +167,16 @@ class PageCachePusher final : public prefetch::KernelPages {
   // Stores `file`'s bytes into `node`'s pages by calling `deliver` with the store, under
   // the node's open_order and behind the write fence, between the identity checks that
   // keep the pages from being stale (see the top of this file). Under attach_mu_.
-  // TakeWhole and TakeFilled: `bytes` stored as `file`'s; `only_unopened`: only while no
-  // handle has the file open.
-  bool Take(const cache::SourceIdentity& file, std::span<const char> bytes, bool only_unopened,
-            fs::OrderWait wait);
+  // What must hold of a node, under its open_order, for StoreChecked to go on.
+  using Precondition = std::function<bool(const fs::Inode& node)>;
+  // TakeWhole and TakeFilled: `bytes` stored as `file`'s.
+  bool Take(const cache::SourceIdentity& file, std::span<const char> bytes, fs::OrderWait wait,
+            const Precondition& only_if);
   using Deliver = std::function<bool(const cache::Cache::KernelStore& store)>;
+  // `only_if` (may be empty) is checked first: false refuses with no kernel call.
   PushResult StoreChecked(fs::Inode& node, const cache::SourceIdentity& file,
-                          const Deliver& deliver, fs::OrderWait wait = fs::OrderWait::kWait);
+                          const Deliver& deliver, fs::OrderWait wait = fs::OrderWait::kWait,
+                          const Precondition& only_if = {});
 
   // Held shared by each push and exclusively by Attach/Detach.
   mutable std::shared_mutex attach_mu_;

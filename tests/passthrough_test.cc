@@ -133,6 +133,26 @@ TEST_F(PassthroughTest, AFileChangedAfterItsFillWentIntoTheKernelIsReadNew) {
   EXPECT_EQ(ReadWhole(mnt_ / "f"), new_bytes);
 }
 
+// The filler pushes into the kernel through objects the daemon takes down at unmount:
+// it must stop before them, with fills still queued.
+TEST_F(PassthroughTest, AnUnmountWithFillsStillQueuedEndsCleanlyAndLosesNothing) {
+  const Dataset data = Dataset::Make(src_, 300, 6, 150'000, 13);
+  {
+    Mount m(src_, mnt_, cache_, {"--passthrough", "--consistency", "open"});
+    ASSERT_TRUE(m.ok()) << m.output();
+    if (!m.Stats().value("passthrough", false)) GTEST_SKIP() << "no FUSE passthrough";
+    for (const auto& [path, content] : data.files) {
+      ASSERT_EQ(ReadWhole(mnt_ / path), content) << path;
+    }
+    ASSERT_TRUE(m.Unmount());
+  }
+  Mount again(src_, mnt_, cache_, {"--consistency", "open"});
+  ASSERT_TRUE(again.ok()) << again.output();
+  for (const auto& [path, content] : data.files) {
+    ASSERT_EQ(ReadWhole(mnt_ / path), content) << path;
+  }
+}
+
 TEST_F(PassthroughTest, UnderAPublishedPlanReadaheadServesTheFilesNotPassthrough) {
   const Dataset data = Dataset::Make(src_, 60, 3, 100'000, 11);
   Mount m(src_, mnt_, cache_, {"--passthrough", "--consistency", "open"});
