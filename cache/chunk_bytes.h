@@ -55,13 +55,12 @@ struct ChunkBytes {
     static Fresh Allocate(size_t size) {
       static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
       constexpr size_t kPopulateFrom = 64 * 1024;
-      if (size < kPopulateFrom) {
-        return Fresh(std::shared_ptr<char>(new char[size], std::default_delete<char[]>()), size);
-      }
-      // Counted as the whole pages a block this large takes (malloc maps those above
-      // its threshold).
+      const bool large = size >= kPopulateFrom;
+      // A large block counts as the whole pages it takes (malloc maps those above its
+      // threshold).
       Fresh fresh(std::shared_ptr<char>(new char[size], std::default_delete<char[]>()),
-                  (size + kPage - 1) / kPage * kPage);
+                  large ? (size + kPage - 1) / kPage * kPage : size);
+      if (!large) return fresh;
       const uintptr_t start = reinterpret_cast<uintptr_t>(fresh.data());
       const uintptr_t first = (start + kPage - 1) / kPage * kPage;
       const uintptr_t end = (start + size) / kPage * kPage;  // the block's whole pages only
