@@ -114,7 +114,7 @@ void ChangeWatcher::InvalidateLater(uint64_t nodeid, int64_t at_ns) {
   {
     MutexLock lock(mutex_);
     if (at_ns > 0) {
-      later_at_.emplace(at_ns, nodeid);
+      later_at_.emplace(at_ns, Queued{nodeid, Why::kPrecaution});
     } else {
       later_.push_back(nodeid);
     }
@@ -186,29 +186,33 @@ void ChangeWatcher::Run() {
 }
 
 int64_t ChangeWatcher::DropDueNodes() {
-  std::vector<uint64_t> nodes, unfenced;
+  std::map<uint64_t, Why> due;  // a node asked both ways is dropped for the change
+  std::vector<uint64_t> unfenced;
   {
     MutexLock lock(mutex_);
-    nodes.swap(later_);
+    for (uint64_t nodeid : later_) due[nodeid] = Why::kChanged;
+    later_.clear();
     unfenced.swap(unfenced_);
     const int64_t now = cache::WallClockNs();
     auto due_end = later_at_.upper_bound(now);
-    for (auto it = later_at_.begin(); it != due_end; ++it) nodes.push_back(it->second);
+    for (auto it = later_at_.begin(); it != due_end; ++it) {
+      const auto entry = due.emplace(it->second.nodeid, it->second.why).first;
+      if (it->second.why == Why::kChanged) entry->second = Why::kChanged;
+    }
     later_at_.erase(later_at_.begin(), due_end);
   }
   for (uint64_t nodeid : unfenced) DropAttrsAndPages(nodeid, table_.Find(nodeid).get());
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  for (uint64_t nodeid : nodes) {
-    spdlog::debug("dropping the kernel's cache of node {}, as an identity check asked",
-                  nodeid);
+  for (const auto& [nodeid, why] : due) {
+    spdlog::debug("dropping the kernel's cache of node {}, as an identity check asked ({})",
+                  nodeid, why == Why::kChanged ? "changed" : "a precaution");
     std::shared_ptr<Inode> node = table_.Find(nodeid);
     if (node) {
-      DropFenced(*node);
+      DropFenced(*node, why);
     } else {
       {
         MutexLock lock(mutex_);
         deferred_since_.erase(nodeid);  // forgotten while a writer held its drop off
+        precaution_deferred_since_.erase(nodeid);
       }
       DropAttrsAndPages(nodeid, nullptr);
     }
@@ -217,7 +221,17 @@ int64_t ChangeWatcher::DropDueNodes() {
   return later_at_.empty() ? 0 : later_at_.begin()->first;
 }
 
-bool ChangeWatcher::DropFenced(Inode& node) {
+void ChangeWatcher::QueueLocked(uint64_t nodeid, int64_t at_ns, Why why) {
+  // Once in the queue per node, however many events ask meanwhile.
+  for (auto& [queued_at, queued] : later_at_) {
+    if (queued.nodeid != nodeid) continue;
+    if (why == Why::kChanged) queued.why = Why::kChanged;
+    return;
+  }
+  later_at_.emplace(at_ns, Queued{nodeid, why});
+}
+
+bool ChangeWatcher::DropFenced(Inode& node, Why why) {
   // A write through the mount is in the kernel's pages before it is in the source; a
   // drop in between lets a READ fill the page again without it, and the kernel keeps
   // zeros where the write went (fs/write_fence.h). The fence holds writers off while
@@ -228,20 +242,26 @@ bool ChangeWatcher::DropFenced(Inode& node) {
       fence_ != nullptr ? fence_->Enter(table_, node) : Result<WriteFence::Held>(WriteFence::Held());
   const int64_t now = cache::WallClockNs();
   if (!held.ok() && held.status().code() == Code::kBusy) {
+    MutexLock lock(mutex_);
+    node.maybe_open_for_writing = true;
+    if (why == Why::kPrecaution) {
+      // Nothing is known wrong in the kernel's pages, and a drop under a writer may
+      // leave zeros in them: it waits for the writer, however long it keeps the file.
+      drops_deferred_.fetch_add(1, std::memory_order_relaxed);
+      const int64_t since = precaution_deferred_since_.emplace(node.nodeid, now).first->second;
+      QueueLocked(node.nodeid, now + (now - since < kWriterWaitNs ? kWriterRetryNs : kWriterWaitNs),
+                  why);
+      return false;
+    }
     // Not for ever: a writer may keep its file open for hours (a log), and the kernel's
     // pages of the change underneath are wrong meanwhile (with a size learnt from a
     // later reply, its old last page shows zeros). After kWriterWaitNs the drop goes
     // ahead: a write of the mount's that happens to be on its way then may leave zeros
     // in its page until the next drop, a rarer and shorter harm.
-    MutexLock lock(mutex_);
     const int64_t since = deferred_since_.emplace(node.nodeid, now).first->second;
     if (now - since < kWriterWaitNs) {
       drops_deferred_.fetch_add(1, std::memory_order_relaxed);
-      node.maybe_open_for_writing = true;
-      // Once in the queue per node, however many events ask meanwhile.
-      const bool queued = std::any_of(later_at_.begin(), later_at_.end(),
-                                      [&](const auto& at) { return at.second == node.nodeid; });
-      if (!queued) later_at_.emplace(now + kWriterRetryNs, node.nodeid);
+      QueueLocked(node.nodeid, now + kWriterRetryNs, why);
       return false;
     }
     drops_forced_.fetch_add(1, std::memory_order_relaxed);
@@ -249,6 +269,7 @@ bool ChangeWatcher::DropFenced(Inode& node) {
   {
     MutexLock lock(mutex_);
     deferred_since_.erase(node.nodeid);
+    precaution_deferred_since_.erase(node.nodeid);
   }
   node.maybe_open_for_writing = false;
   // Any other refusal (no lease to be had: fs.leases-enable=0, the name gone meanwhile)
@@ -314,7 +335,7 @@ void ChangeWatcher::Handle(int wd, uint32_t mask, const std::string& name) {
       // or a newer one, and a reply with these attributes is no news from then on
       // (SourceFs::CheckKernelCache).
       table_.SwapKernelCacheId(*node, id, seen, /*can_defer=*/false, /*drop_later=*/true);
-      DropFenced(*node);
+      DropFenced(*node, Why::kChanged);
     }
   }
 }

@@ -78,7 +78,9 @@ class ChangeWatcher {
                                                       Scope scope = Scope::kEverything,
                                                       WriteFence* fence = nullptr);
   static constexpr int64_t kWriterRetryNs = 50'000'000;
-  // How long a drop waits for the file's writers at most (DropFenced).
+  // How long a drop for a change waits for the file's writers at most (DropFenced); a
+  // precautionary one (InvalidateLater with a time) waits for as long as they write, tried
+  // again every kWriterRetryNs for that long, then every kWriterWaitNs.
   static constexpr int64_t kWriterWaitNs = 1'000'000'000;
   // Whether the watcher follows changes to files' contents (Scope::kEverything).
   bool follows_contents() const { return scope_ == Scope::kEverything; }
@@ -93,7 +95,9 @@ class ChangeWatcher {
   // change found by an identity check inside a request (which must not notify the
   // kernel itself), one inotify cannot report (a hard link outside the source, a
   // shared mapping). With `at_ns` (wall clock), not before then: once the racily clean
-  // window of a recent identity has passed (InodeTable::CacheMatch::kRecent).
+  // window of a recent identity has passed (InodeTable::CacheMatch::kRecent). That drop
+  // is a precaution against a second change within one timestamp tick, not for a change
+  // seen, and it never goes under a writer through the mount (DropFenced).
   void InvalidateLater(uint64_t nodeid, int64_t at_ns = 0);
   // Drops the kernel's attributes of `nodeid`, and none of its pages, from the caller's
   // thread: safe inside a request (no page lock is taken). The kernel then refuses the
@@ -124,9 +128,16 @@ class ChangeWatcher {
                 WriteFence* fence);
   void Run();
   void Handle(int wd, uint32_t mask, const std::string& name);
+  // Why a drop is asked: a change seen underneath (its pages are the old file's), or a
+  // precaution (they may be: InvalidateLater with a time).
+  enum class Why : uint8_t { kChanged, kPrecaution };
   // Drops the kernel's attributes and pages of `node` behind the fence; false when a
-  // writer has the file open (queued again for kWriterRetryNs later).
-  bool DropFenced(Inode& node);
+  // writer has the file open (queued again for later). A drop for a change goes ahead
+  // once it has waited kWriterWaitNs; a precaution waits for the writer.
+  bool DropFenced(Inode& node, Why why);
+  // Queues the drop of `nodeid` for `at_ns`, or keeps the one queued already, made a drop
+  // for a change if `why` is one.
+  void QueueLocked(uint64_t nodeid, int64_t at_ns, Why why) REQUIRES(mutex_);
   // Drops the kernel's attributes and pages of `nodeid` now, unfenced, and counts the
   // asks for that drop answered. `node`: its table entry, nullptr once forgotten (the
   // kernel's pages may outlive it).
@@ -147,9 +158,15 @@ class ChangeWatcher {
   std::unordered_map<uint64_t, int> wd_by_nodeid_ GUARDED_BY(mutex_);
   std::vector<uint64_t> later_ GUARDED_BY(mutex_);
   std::vector<uint64_t> unfenced_ GUARDED_BY(mutex_);
-  // Nodes whose drop a writer put off, and since when (wall clock).
+  // Nodes whose drop a writer put off, and since when (wall clock): for a change, and
+  // for a precaution.
   std::unordered_map<uint64_t, int64_t> deferred_since_ GUARDED_BY(mutex_);
-  std::multimap<int64_t, uint64_t> later_at_ GUARDED_BY(mutex_);  // wall clock -> node
+  std::unordered_map<uint64_t, int64_t> precaution_deferred_since_ GUARDED_BY(mutex_);
+  struct Queued {
+    uint64_t nodeid;
+    Why why;
+  };
+  std::multimap<int64_t, Queued> later_at_ GUARDED_BY(mutex_);  // wall clock -> drop
   // Drops the nodes queued by InvalidateLater that are due; returns the wall clock time
   // the next one is due, or 0.
   int64_t DropDueNodes();
