@@ -326,6 +326,8 @@ TEST_P(IntegrityTest, AppendingWriterWithConcurrentReadersLosesNoLine) {
   // The counters say which of the daemon's decisions (drops, direct I/O) were in play.
   EXPECT_EQ(seen.zero_direct_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
   EXPECT_EQ(seen.zero_cached_reads, 0) << seen.first_zero << "\n" << m->Stats().dump();
+  // Nothing changed underneath: no drop may have been forced on the writer.
+  EXPECT_EQ(m->Stats()["watch_drops_forced"].get<uint64_t>(), 0u) << m->Stats().dump();
 }
 
 // A write through the mount is in the kernel's pages before it is in the source: the
