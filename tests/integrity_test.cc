@@ -376,17 +376,18 @@ TEST_P(IntegrityTest, AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders) {
   EXPECT_EQ(m->Stats()["watch_drops_forced"].get<uint64_t>(), 0u) << m->Stats().dump();
 }
 
+// How long the watcher's drop for a change waits for a writer (fs::ChangeWatcher).
+constexpr int64_t kWatcherWriterWaitNs = 1'000'000'000;
+
 // A file read within its racily clean window (cache::kRacilyCleanNs after its ctime) has
 // its pages dropped once that window passes, in case a second change came within the
 // same timestamp tick ("notify" mode: SourceFs::CheckKernelCache). That drop is only a
 // precaution: while a writer through the mount holds the file open it waits for the
 // writer, however long. A drop under a writer may race a write on its way into the
 // kernel's pages and leave zeros there (fs/write_fence.h); only a change seen underneath
-// is worth that risk. This used to be forced after a second, and once in a while left
-// zeros behind AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders's appends.
-// How long the watcher's drop for a change waits for a writer (fs::ChangeWatcher).
-constexpr int64_t kWatcherWriterWaitNs = 1'000'000'000;
-
+// is worth that risk. This used to be forced after a second, and a CI run once saw
+// AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders's file through the mount differ
+// from the source after its appends.
 TEST_P(IntegrityTest, APrecautionaryDropWaitsForTheWriterInsteadOfRacingIt) {
   if (std::string(GetParam()) != "notify") GTEST_SKIP() << "the watcher's drops: notify mode";
   WriteFile(src_ / "log", Lines(0, 10));
