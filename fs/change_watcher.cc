@@ -222,11 +222,17 @@ int64_t ChangeWatcher::DropDueNodes() {
 }
 
 void ChangeWatcher::QueueLocked(uint64_t nodeid, int64_t at_ns, Why why) {
-  // Once in the queue per node, however many events ask meanwhile.
-  for (auto& [queued_at, queued] : later_at_) {
-    if (queued.nodeid != nodeid) continue;
-    if (why == Why::kChanged) queued.why = Why::kChanged;
-    return;
+  // Once in the queue per node, however many events ask meanwhile. A change keeps its
+  // own time: a precaution queued before it may be waiting longer.
+  for (auto it = later_at_.begin(); it != later_at_.end(); ++it) {
+    if (it->second.nodeid != nodeid) continue;
+    if (why != Why::kChanged || it->second.why == Why::kChanged) return;
+    if (it->first <= at_ns) {
+      it->second.why = Why::kChanged;
+      return;
+    }
+    later_at_.erase(it);
+    break;
   }
   later_at_.emplace(at_ns, Queued{nodeid, why});
 }

@@ -135,8 +135,8 @@ class ChangeWatcher {
   // writer has the file open (queued again for later). A drop for a change goes ahead
   // once it has waited kWriterWaitNs; a precaution waits for the writer.
   bool DropFenced(Inode& node, Why why);
-  // Queues the drop of `nodeid` for `at_ns`, or keeps the one queued already, made a drop
-  // for a change if `why` is one.
+  // Queues the drop of `nodeid` for `at_ns`, or keeps the one queued already; a change
+  // makes it a drop for a change, due no later than `at_ns`.
   void QueueLocked(uint64_t nodeid, int64_t at_ns, Why why) REQUIRES(mutex_);
   // Drops the kernel's attributes and pages of `nodeid` now, unfenced, and counts the
   // asks for that drop answered. `node`: its table entry, nullptr once forgotten (the

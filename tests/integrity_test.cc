@@ -465,6 +465,50 @@ TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAWriterKeepsTheFileOpen) {
   ::close(fd);
 }
 
+// The same while a precautionary drop already waits for that writer: the change's drop
+// takes the queued one over, and is not held back with it.
+TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAPrecautionWaitsForTheWriter) {
+  if (std::string(GetParam()) != "notify") GTEST_SKIP() << "the watcher's drops: notify mode";
+  WriteFile(src_ / "log", Lines(0, 10));
+  AgeFile(src_ / "log", 3600);
+  auto m = MountIt();
+  ASSERT_TRUE(m->ok());
+  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
+  const uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
+  {
+    std::ofstream out(src_ / "log", std::ios::app);
+    out << Lines(10, 20);
+  }
+  for (int i = 0; i < 200; i++) {
+    if (m->Stats()["identity_invalidations"].get<uint64_t>() > drops_before) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 20));  // within its racily clean window
+  const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string mine = "appended through the mount\n";
+  ASSERT_EQ(::write(fd, mine.data(), mine.size()), static_cast<ssize_t>(mine.size()));
+  // Past the precaution's first second of tries: it is tried once a second now.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kWatcherWriterWaitNs * 3 / 2));
+  ASSERT_GT(m->Stats()["watch_drops_deferred"].get<uint64_t>(), 0u) << m->Stats().dump();
+  {
+    std::ofstream out(src_ / "log", std::ios::app);
+    out << Lines(20, 30);
+  }
+  const std::string want = Lines(0, 20) + mine + Lines(20, 30);
+  EXPECT_EQ(ReadFile(src_ / "log"), want);
+  std::string seen;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::nanoseconds(3 * kWatcherWriterWaitNs);
+  while (seen != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen = ReadFile(mnt_ / "log");
+  }
+  EXPECT_EQ(seen, want);
+  EXPECT_GT(m->Stats()["watch_drops_forced"].get<uint64_t>(), 0u) << m->Stats().dump();
+  ::close(fd);
+}
+
 // An O_APPEND write through the mount is placed by the kernel at the end it believes,
 // which may be older than the file: changed underneath a moment ago ("notify" mode: the
 // watcher's drop is on its way). The source must append where the file really ends, not
