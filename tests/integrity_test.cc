@@ -316,6 +316,22 @@ std::string Lines(int from, int to) {
   return text;
 }
 
+// Appends Lines(from, to) to `path` underneath the mount, as another program would.
+void AppendUnderneath(const fsys::path& path, int from, int to) {
+  std::ofstream out(path, std::ios::app);
+  out << Lines(from, to);
+}
+
+// Waits (2 s at most) until the watcher has dropped a file from the kernel since its
+// count was `drops_before`; whether it has.
+bool AwaitWatcherDrop(const Mount& m, uint64_t drops_before) {
+  for (int i = 0; i < 2000; i++) {
+    if (m.Stats()["identity_invalidations"].get<uint64_t>() > drops_before) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 TEST_P(IntegrityTest, AppendingWriterWithConcurrentReadersLosesNoLine) {
   WriteFile(src_ / "log", "");
   auto m = MountIt();
@@ -347,21 +363,13 @@ TEST_P(IntegrityTest, AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders) {
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   const uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
   // Changed underneath: the next open through the mount drops what the kernel holds.
-  {
-    std::ofstream out(src_ / "log", std::ios::app);
-    out << Lines(10, 20);
-  }
+  AppendUnderneath(src_ / "log", 10, 20);
   AgeFile(src_ / "log", 3600);
   if (std::string(GetParam()) == "notify") {
     // The watcher's drop, not an open, is what tells the kernel there; wait for it
     // (within the watcher's lag the kernel's pages and size are the old file's:
     // AnAppendNeverOverwritesBytesAppendedUnderneath).
-    bool dropped = false;
-    for (int i = 0; i < 200 && !dropped; i++) {
-      dropped = m->Stats()["identity_invalidations"].get<uint64_t>() > drops_before;
-      if (!dropped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(dropped) << "the watcher never dropped the changed file";
+    ASSERT_TRUE(AwaitWatcherDrop(*m, drops_before)) << "the watcher never dropped the changed file";
   }
   const int reader = ::open((mnt_ / "log").c_str(), O_RDONLY);
   ASSERT_GE(reader, 0);
@@ -398,14 +406,8 @@ TEST_P(IntegrityTest, APrecautionaryDropWaitsForTheWriterInsteadOfRacingIt) {
   // Changed underneath; the watcher's drop records the new identity, and a read right
   // after it meets that identity again within its racily clean window.
   uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
-  {
-    std::ofstream out(src_ / "log", std::ios::app);
-    out << Lines(10, 20);
-  }
-  for (int i = 0; i < 200; i++) {
-    if (m->Stats()["identity_invalidations"].get<uint64_t>() > drops_before) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  AppendUnderneath(src_ / "log", 10, 20);
+  ASSERT_TRUE(AwaitWatcherDrop(*m, drops_before)) << "the watcher never dropped the changed file";
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 20));
   drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
@@ -449,10 +451,7 @@ TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAWriterKeepsTheFileOpen) {
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0) << std::strerror(errno);
-  {
-    std::ofstream out(src_ / "log", std::ios::app);
-    out << Lines(10, 20);
-  }
+  AppendUnderneath(src_ / "log", 10, 20);
   std::string seen;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::nanoseconds(3 * kWatcherWriterWaitNs);
@@ -475,14 +474,8 @@ TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAPrecautionWaitsForTheWriter
   ASSERT_TRUE(m->ok());
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   const uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
-  {
-    std::ofstream out(src_ / "log", std::ios::app);
-    out << Lines(10, 20);
-  }
-  for (int i = 0; i < 200; i++) {
-    if (m->Stats()["identity_invalidations"].get<uint64_t>() > drops_before) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  AppendUnderneath(src_ / "log", 10, 20);
+  ASSERT_TRUE(AwaitWatcherDrop(*m, drops_before)) << "the watcher never dropped the changed file";
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 20));  // within its racily clean window
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0) << std::strerror(errno);
@@ -491,10 +484,7 @@ TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAPrecautionWaitsForTheWriter
   // Past the precaution's first second of tries: it is tried once a second now.
   std::this_thread::sleep_for(std::chrono::nanoseconds(kWatcherWriterWaitNs * 3 / 2));
   ASSERT_GT(m->Stats()["watch_drops_deferred"].get<uint64_t>(), 0u) << m->Stats().dump();
-  {
-    std::ofstream out(src_ / "log", std::ios::app);
-    out << Lines(20, 30);
-  }
+  AppendUnderneath(src_ / "log", 20, 30);
   const std::string want = Lines(0, 20) + mine + Lines(20, 30);
   EXPECT_EQ(ReadFile(src_ / "log"), want);
   std::string seen;
@@ -520,10 +510,7 @@ TEST_P(IntegrityTest, AnAppendNeverOverwritesBytesAppendedUnderneath) {
   auto m = MountIt();
   ASSERT_TRUE(m->ok());
   EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
-  {
-    std::ofstream out(src_ / "log", std::ios::app);
-    out << Lines(10, 20);
-  }
+  AppendUnderneath(src_ / "log", 10, 20);
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   const std::string mine = "appended through the mount\n";
