@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "base/thread_name.h"
 #include "fs/change_watcher.h"
 
 namespace epochfs::fs {
@@ -107,6 +108,7 @@ void IdleFiller::Offer(std::function<void()> task) {
 }
 
 void IdleFiller::Run() {
+  NameThisThread("idle-filler");
   if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19) != 0) {
     spdlog::debug("the passthrough filler runs at normal priority: nice 19 refused");
   }

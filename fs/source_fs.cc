@@ -935,12 +935,14 @@ Status SourceFs::Release(std::unique_ptr<FileHandle> fh, OrderWait wait) {
 }
 
 bool SourceFs::MayPassthrough(const Inode& inode, int flags) const {
-  // Not granted at INIT (an older kernel): every attempt would be refused. Under a
-  // published plan readahead brings the files ahead of their readers; a passthrough open
-  // of one it is still bringing would throw that work away (docs/benchmarks.md,
-  // "Passthrough").
-  if (prefetcher_ != nullptr && prefetcher_->HasPlan()) return false;
-  return options_.passthrough && PassthroughGranted() && backing_files_.Usable() &&
+  if (!options_.passthrough) return false;
+  // Under a published plan readahead brings the files ahead of their readers; a
+  // passthrough open of one it is still bringing would throw that work away
+  // (docs/benchmarks.md, "Passthrough"). Unless the gate has stopped readahead: then
+  // nothing brings them, and without passthrough each would be READs through the daemon.
+  if (prefetcher_ != nullptr && prefetcher_->PlanLeftToReadahead()) return false;
+  // Not granted at INIT (an older kernel): every attempt would be refused.
+  return PassthroughGranted() && backing_files_.Usable() &&
          (flags & O_ACCMODE) == O_RDONLY &&
          !(flags & O_TRUNC) && inode.path_fd && inode.open_handles.load() == 0 &&
          !inodes_.KernelHasRead(inode) && !cache_->SsdPosition(inode.dev, inode.ino).has_value();

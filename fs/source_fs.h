@@ -298,9 +298,9 @@ class SourceFs {
   std::unique_ptr<FileHandle> NewHandle(std::shared_ptr<Inode> inode, UniqueFd fd,
                                         const cache::SourceIdentity& id, int flags);
   // Whether an open of `inode` with `flags` may be the first passthrough one: read-only,
-  // no other handle open, no published plan, and neither the kernel's pages nor the SSD
-  // tier hold the file (checked by node, before any stat; CacheHolds checks the identity
-  // once known).
+  // no other handle open, no published plan left to readahead, and neither the kernel's
+  // pages nor the SSD tier hold the file (checked by node, before any stat; CacheHolds
+  // checks the identity once known).
   bool MayPassthrough(const Inode& inode, int flags) const;
   // `inode`'s identity, stat'ed by its current name (kStale if the name is gone or names
   // another file): past the source client's caches (CheckNode), or as they have it.

@@ -160,7 +160,9 @@ class PrefetcherImpl final : public Prefetcher {
   std::vector<std::string> KnownPaths() const override;
   PrefetcherStats Stats() const override;
   uint64_t Epoch() const override;
-  bool HasPlan() const override { return has_plan_.load(std::memory_order_relaxed); }
+  bool PlanLeftToReadahead() const override {
+    return has_plan_.load(std::memory_order_relaxed) && (!options_.gate || options_.gate->Runs());
+  }
 
  private:
   Pattern PatternLocked() const REQUIRES(mu_) {
@@ -348,7 +350,7 @@ class PrefetcherImpl final : public Prefetcher {
   uint32_t replay_rankings_ GUARDED_BY(mu_) = 0;
   uint64_t epoch_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> epoch_now_{0};  // epoch_, for Epoch()
-  std::atomic<bool> has_plan_{false};    // !plan_.empty(), for HasPlan()
+  std::atomic<bool> has_plan_{false};    // !plan_.empty(), for PlanLeftToReadahead()
   // Every file seen, in first-seen order (for the first epoch: the SSD tier's write
   // order). Orders refer to it by index.
   std::vector<std::pair<FileKey, std::string>> catalog_ GUARDED_BY(mu_);

@@ -253,9 +253,12 @@ class Prefetcher {
   // The current epoch's number (PrefetcherStats::epoch) without the prefetcher's lock:
   // cheap enough to ask at every batch of opens.
   virtual uint64_t Epoch() const = 0;
-  // Whether a published plan orders the current epoch, also without the lock: its
-  // readahead is then the way to the files (fs/passthrough.h leaves them to it).
-  virtual bool HasPlan() const = 0;
+  // Whether a published plan orders the current epoch and readahead is bringing its
+  // files: their opens are then left to it (fs/passthrough.h). Not once the gate has
+  // stopped readahead (readahead_gate.h): nothing brings them then, and the gate's next
+  // try compares the readers' rate with readahead against their rate without it, which
+  // is passthrough's where the mount has it. Without the prefetcher's lock.
+  virtual bool PlanLeftToReadahead() const = 0;
 };
 
 }  // namespace epochfs::prefetch

@@ -13,7 +13,9 @@
 
 #include "cache/testing/test_files.h"
 #include "prefetcher/prefetcher.h"
+#include "prefetcher/readahead_gate.h"
 #include "prefetcher/testing/dir_source_tree.h"
+#include "prefetcher/testing/fake_clock.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -297,6 +299,47 @@ TEST_F(PrefetcherIo, StreamingStatsOnlyWhatTheSsdTierHolds) {
     EXPECT_TRUE(std::binary_search(opened.begin(), opened.end(), Name(i))) << Name(i);
   }
   EXPECT_GE(p->Stats().prefetched, 90u);
+}
+
+// A published plan leaves its files' opens to readahead (fs/ opens none of them
+// passthrough) only while readahead runs: once the gate has stopped it, nothing brings
+// them, and each would be READs through the daemon.
+TEST_F(PrefetcherIo, APlanIsLeftToReadaheadOnlyWhileTheGateLetsItRun) {
+  OpenCache(64 << 20);
+  testing::FakeClock clock;
+  auto gate = std::make_shared<ReadaheadGate>([] { return 1.0; }, clock.fn());
+  PrefetcherOptions o;
+  o.threads = 2;
+  o.lookahead = 16;
+  o.gate = gate;
+  auto plan = [&] {
+    std::vector<PlannedFile> files;
+    for (uint32_t i = 10; i < 100; ++i) files.push_back(PlannedFile{Name(i), keys_[i], 4096});
+    return files;
+  };
+  {
+    auto p = StartPrefetcher(o);
+    EXPECT_FALSE(p->PlanLeftToReadahead()) << "no plan published";
+    p->Publish(plan());
+    EXPECT_TRUE(p->PlanLeftToReadahead());
+    p->Publish({});
+    EXPECT_FALSE(p->PlanLeftToReadahead()) << "the plan was dropped";
+  }
+  // Readers faster without readahead on a saturated CPU turn it off
+  // (readahead_gate_test.cc has the cases); driven with no prefetcher thread running, as
+  // the fake clock is not theirs to read while it moves.
+  using std::chrono::duration;
+  for (int i = 0; i < 200'000 && gate->state() != ReadaheadGate::State::kOff; ++i) {
+    const bool runs = gate->Allows();
+    clock.t += std::chrono::duration_cast<ReadaheadGate::Clock::duration>(
+        duration<double>(runs ? 1.0 / 850 : 1.0 / 1000));
+    gate->OnAccess(runs ? ReadaheadGate::Access::kHit : ReadaheadGate::Access::kMiss);
+  }
+  ASSERT_EQ(gate->state(), ReadaheadGate::State::kOff);
+  auto p = StartPrefetcher(o);
+  p->Publish(plan());
+  EXPECT_FALSE(p->PlanLeftToReadahead()) << "readahead is off: passthrough may serve the plan";
+  EXPECT_EQ(p->Stats().readahead_gate, "off");
 }
 
 // With no SSD tier there is nowhere to fill: the window alone reads ahead.

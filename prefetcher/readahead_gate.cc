@@ -218,6 +218,11 @@ ReadaheadGate::State ReadaheadGate::state() const {
   return state_;
 }
 
+bool ReadaheadGate::Runs() const {
+  MutexLock lock(mu_);
+  return state_ == State::kOn || state_ == State::kTrying;
+}
+
 uint64_t ReadaheadGate::offs() const {
   MutexLock lock(mu_);
   return offs_;

@@ -96,6 +96,9 @@ class ReadaheadGate {
   uint32_t Depth(uint32_t wanted);
 
   State state() const;
+  // Whether readahead runs now (on, or trying again), as Allows() says, without
+  // advancing the periods.
+  bool Runs() const;
   uint64_t offs() const;    // times a probe turned readahead off
   uint64_t probes() const;  // probes run (pauses and tries)
   uint64_t overtaken() const;  // accesses that overtook readahead
