@@ -161,7 +161,8 @@ class PrefetcherImpl final : public Prefetcher {
   PrefetcherStats Stats() const override;
   uint64_t Epoch() const override;
   bool PlanLeftToReadahead() const override {
-    return has_plan_.load(std::memory_order_relaxed) && (!options_.gate || options_.gate->Runs());
+    return has_plan_.load(std::memory_order_relaxed) && options_.threads > 0 &&
+           (!options_.gate || options_.gate->Runs());
   }
 
  private:

@@ -254,10 +254,11 @@ class Prefetcher {
   // cheap enough to ask at every batch of opens.
   virtual uint64_t Epoch() const = 0;
   // Whether a published plan orders the current epoch and readahead is bringing its
-  // files: their opens are then left to it (fs/passthrough.h). Not once the gate has
-  // stopped readahead (readahead_gate.h): nothing brings them then, and the gate's next
-  // try compares the readers' rate with readahead against their rate without it, which
-  // is passthrough's where the mount has it. Without the prefetcher's lock.
+  // files: their opens are then left to it (fs/passthrough.h). Not without readahead
+  // threads (--prefetch 0), nor once the gate has stopped readahead (readahead_gate.h):
+  // nothing brings them then, and the gate's next try compares the readers' rate with
+  // readahead against their rate without it, which is passthrough's where the mount has
+  // it. Without the prefetcher's lock.
   virtual bool PlanLeftToReadahead() const = 0;
 };
 

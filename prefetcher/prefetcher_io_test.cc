@@ -336,10 +336,18 @@ TEST_F(PrefetcherIo, APlanIsLeftToReadaheadOnlyWhileTheGateLetsItRun) {
     gate->OnAccess(runs ? ReadaheadGate::Access::kHit : ReadaheadGate::Access::kMiss);
   }
   ASSERT_EQ(gate->state(), ReadaheadGate::State::kOff);
-  auto p = StartPrefetcher(o);
+  {
+    auto p = StartPrefetcher(o);
+    p->Publish(plan());
+    EXPECT_FALSE(p->PlanLeftToReadahead()) << "readahead is off: passthrough may serve the plan";
+    EXPECT_EQ(p->Stats().readahead_gate, "off");
+  }
+  // No readahead threads at all (--prefetch 0): nothing brings the plan's files either.
+  PrefetcherOptions none;
+  none.threads = 0;
+  auto p = StartPrefetcher(none);
   p->Publish(plan());
-  EXPECT_FALSE(p->PlanLeftToReadahead()) << "readahead is off: passthrough may serve the plan";
-  EXPECT_EQ(p->Stats().readahead_gate, "off");
+  EXPECT_FALSE(p->PlanLeftToReadahead());
 }
 
 // With no SSD tier there is nowhere to fill: the window alone reads ahead.
