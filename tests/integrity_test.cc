@@ -45,7 +45,27 @@ struct ::stat Lstat(const fsys::path& p) {
   return st;
 }
 
-using IntegrityTest = ConsistencyModeTest;
+// "line 0\n" up to "line to-1\n", from `from` on.
+std::string Lines(int from, int to) {
+  std::string text;
+  for (int i = from; i < to; i++) text += "line " + std::to_string(i) + "\n";
+  return text;
+}
+
+class IntegrityTest : public ConsistencyModeTest {
+ protected:
+  // A ten-line log written an hour ago (outside any racily clean window), the mount over
+  // it, and a first read of it through the mount, checked. The caller asserts ok().
+  std::unique_ptr<Mount> MountOverAnHourOldLog() {
+    WriteFile(src_ / "log", Lines(0, 10));
+    AgeFile(src_ / "log", 3600);
+    auto m = MountIt();
+    if (m->ok()) {
+      EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
+    }
+    return m;
+  }
+};
 
 INSTANTIATE_TEST_SUITE_P(Modes, IntegrityTest, ::testing::Values("notify", "open"));
 
@@ -310,12 +330,6 @@ AppendSeen AppendWithReaders(const fsys::path& mnt, const fsys::path& src, const
   return seen;
 }
 
-std::string Lines(int from, int to) {
-  std::string text;
-  for (int i = from; i < to; i++) text += "line " + std::to_string(i) + "\n";
-  return text;
-}
-
 // Appends Lines(from, to) to `path` underneath the mount, as another program would.
 void AppendUnderneath(const fsys::path& path, int from, int to) {
   std::ofstream out(path, std::ios::app);
@@ -356,11 +370,8 @@ TEST_P(IntegrityTest, AppendingWriterWithConcurrentReadersLosesNoLine) {
 // dropped the kernel's attributes: an open whose attributes the daemon cannot vouch
 // for.
 TEST_P(IntegrityTest, AnAppenderOpenedRightAfterADropLeavesNoZerosForReaders) {
-  WriteFile(src_ / "log", Lines(0, 10));
-  AgeFile(src_ / "log", 3600);
-  auto m = MountIt();
+  auto m = MountOverAnHourOldLog();
   ASSERT_TRUE(m->ok());
-  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   const uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
   // Changed underneath: the next open through the mount drops what the kernel holds.
   AppendUnderneath(src_ / "log", 10, 20);
@@ -398,11 +409,8 @@ constexpr int64_t kWatcherWriterWaitNs = 1'000'000'000;
 // from the source after its appends.
 TEST_P(IntegrityTest, APrecautionaryDropWaitsForTheWriterInsteadOfRacingIt) {
   if (std::string(GetParam()) != "notify") GTEST_SKIP() << "the watcher's drops: notify mode";
-  WriteFile(src_ / "log", Lines(0, 10));
-  AgeFile(src_ / "log", 3600);
-  auto m = MountIt();
+  auto m = MountOverAnHourOldLog();
   ASSERT_TRUE(m->ok());
-  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   // Changed underneath; the watcher's drop records the new identity, and a read right
   // after it meets that identity again within its racily clean window.
   uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
@@ -444,11 +452,8 @@ TEST_P(IntegrityTest, APrecautionaryDropWaitsForTheWriterInsteadOfRacingIt) {
 // writer, then goes ahead.
 TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAWriterKeepsTheFileOpen) {
   if (std::string(GetParam()) != "notify") GTEST_SKIP() << "the watcher's drops: notify mode";
-  WriteFile(src_ / "log", Lines(0, 10));
-  AgeFile(src_ / "log", 3600);
-  auto m = MountIt();
+  auto m = MountOverAnHourOldLog();
   ASSERT_TRUE(m->ok());
-  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   AppendUnderneath(src_ / "log", 10, 20);
@@ -468,11 +473,8 @@ TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAWriterKeepsTheFileOpen) {
 // takes the queued one over, and is not held back with it.
 TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAPrecautionWaitsForTheWriter) {
   if (std::string(GetParam()) != "notify") GTEST_SKIP() << "the watcher's drops: notify mode";
-  WriteFile(src_ / "log", Lines(0, 10));
-  AgeFile(src_ / "log", 3600);
-  auto m = MountIt();
+  auto m = MountOverAnHourOldLog();
   ASSERT_TRUE(m->ok());
-  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   const uint64_t drops_before = m->Stats()["identity_invalidations"].get<uint64_t>();
   AppendUnderneath(src_ / "log", 10, 20);
   ASSERT_TRUE(AwaitWatcherDrop(*m, drops_before)) << "the watcher never dropped the changed file";
@@ -505,11 +507,8 @@ TEST_P(IntegrityTest, AChangeUnderneathIsShownThoughAPrecautionWaitsForTheWriter
 // over what was written underneath; the mount shows the file as it is once that writer
 // is done.
 TEST_P(IntegrityTest, AnAppendNeverOverwritesBytesAppendedUnderneath) {
-  WriteFile(src_ / "log", Lines(0, 10));
-  AgeFile(src_ / "log", 3600);
-  auto m = MountIt();
+  auto m = MountOverAnHourOldLog();
   ASSERT_TRUE(m->ok());
-  EXPECT_EQ(ReadFile(mnt_ / "log"), Lines(0, 10));
   AppendUnderneath(src_ / "log", 10, 20);
   const int fd = ::open((mnt_ / "log").c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0) << std::strerror(errno);
