@@ -615,6 +615,13 @@ Status SourceFs::Rename(uint64_t parent, const std::string& name, uint64_t new_p
 // ---- files ----
 
 namespace {
+// Whether a stat of a source file just opened failed as GlusterFS's client fails it when
+// it answered the open and has not yet opened the file on the brick (its open-behind):
+// the FUSE bridge stats an open inode through its open fd, and that fd has no remote
+// file yet ("remote_fd is -1"). A direct reader's fstat meets the same error; the daemon
+// can stat the file another way instead of failing the reader's open.
+bool IsOpenBehindRace(const Status& status) { return status.err() == EBADFD; }
+
 // kStale unless `st`, just found as `name`, is `inode`'s own file.
 Status IsNodesFile(const Inode& inode, const struct ::stat& st, const std::string& name) {
   if (static_cast<uint64_t>(st.st_ino) != inode.ino || static_cast<uint64_t>(st.st_dev) != inode.dev) {
@@ -634,6 +641,15 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::OpenNode(const Inod
     return fd.status();
   }
   auto st = cache::StatForIdentity(fd->get());
+  if (!st.ok() && IsOpenBehindRace(st.status()) && inode.path_fd) {
+    // This fd's stat says nothing about which file it is: check that the name still
+    // names the node's file, then open the node's own inode, which ReopenNode stats
+    // another way should the race come again.
+    spdlog::debug("node {}: {}; opening the node's inode instead", inode.nodeid,
+                  st.status().ToString());
+    EPOCHFS_RETURN_IF_ERROR(NameStillNames(inode, /*past_client_caches=*/true).status());
+    return ReopenNode(inode, flags);
+  }
   if (!st.ok()) return st.status();
   EPOCHFS_RETURN_IF_ERROR(IsNodesFile(inode, *st, loc.name));
   return std::make_pair(std::move(*fd), cache::SourceIdentity::FromStat(*st));
@@ -1117,6 +1133,8 @@ Result<std::pair<UniqueFd, cache::SourceIdentity>> SourceFs::ReopenNode(const In
   UniqueFd fd(::open(path.c_str(), (SourceOpenFlags(flags) & ~O_TRUNC) | O_CLOEXEC));
   if (!fd) return Errno("reopen node");
   auto st = cache::StatForIdentity(fd.get());
+  // The fd is the O_PATH fd's inode, so that fd's stat describes it just as well.
+  if (!st.ok() && IsOpenBehindRace(st.status())) st = cache::StatForIdentity(inode.path_fd.get());
   if (!st.ok()) return st.status();
   return std::make_pair(std::move(fd), cache::SourceIdentity::FromStat(*st));
 }

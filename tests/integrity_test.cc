@@ -651,6 +651,35 @@ TEST_P(IntegrityTest, AFollowerOfALogAppendedUnderneathSeesOnlyItsPrefixes) {
 // ---------------------------------------------------------------------------------
 // Faults
 
+// GlusterFS's client answers an open at once and opens on the brick later; a stat that
+// reaches it in between (it stats through the open fd) fails with EBADFD. The daemon
+// stats a source file it opens, and again as it reads: the reader must still get the
+// file's bytes. flaky_source fails the N-th stat of each file while it is open.
+TEST_P(IntegrityTest, AReaderGetsTheBytesWhenTheSourceFailsTheStatOfAnOpenFile) {
+  const fsys::path backing = dir_ / "backing";
+  fsys::create_directories(backing);
+  const std::string content = Lines(1, 40);
+  WriteFile(backing / "sample.bin", content);
+  AgeFile(backing / "sample.bin", 3600);
+  for (const char* nth : {"1", "2", "3"}) {
+    SCOPED_TRACE(std::string("failing stat ") + nth);
+    const fsys::path failures = dir_ / (std::string("failures-") + nth + ".log");
+    const CommandResult source = testing::Run(
+        {EPOCHFS_FLAKY_SOURCE, backing.string(), src_.string(), failures.string(), nth});
+    ASSERT_EQ(source.exit_code, 0) << source.output;
+    UnmountOnExit unmount_source(src_);
+    auto m = MountIt({"--prefetch", "0"});  // the reader's open is the file's first
+    ASSERT_TRUE(m->ok());
+    EXPECT_EQ(ReadWhole(mnt_ / "sample.bin"), content);
+    // The open's check is the first stat in both modes; how many come after it (READs,
+    // the cache's check of what it read) depends on the mode.
+    if (std::string(nth) == "1") {
+      EXPECT_EQ(ReadFile(failures), "/sample.bin\n") << "the open's stat did not fail";
+    }
+    EXPECT_TRUE(m->Unmount());
+  }
+}
+
 TEST_P(IntegrityTest, NamesThatAreNotUtf8NeverKillTheDaemon) {
   // Source, mountpoint and cache dir with bytes that are not UTF-8.
   const fsys::path src = dir_ / "src\xff\xfe";
