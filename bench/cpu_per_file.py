@@ -161,6 +161,13 @@ def cpu_seconds(pid: int) -> float:
     return read_stat(f"/proc/{pid}/stat")[1]
 
 
+def minor_faults(pid: int) -> int:
+    """The process's minor page faults so far: a first touch of memory it had not used
+    (or had given back), which costs this VM a hypervisor exit per page."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 class ThreadSampler:
     """The daemon's CPU per thread name over an epoch, from /proc/PID/task. Threads come
     and go (libfuse retires idle workers), so each is looked at every 50 ms while the
@@ -227,12 +234,13 @@ def umount(binary: str, mnt: str) -> None:
     subprocess.run([binary, "umount", mnt], check=True)
 
 
-def start_perf(out_dir: str, pid: int, binary: str) -> subprocess.Popen:
+def start_perf(out_dir: str, pid: int, binary: str, event: str | None) -> subprocess.Popen:
     """`perf record -g` of the daemon over the measured epoch, into out_dir (one file per
     epoch, named after the binary and the time), for `perf report -i`."""
     os.makedirs(out_dir, exist_ok=True)
     name = f"{os.path.basename(binary)}-{time.strftime('%H%M%S')}.perf.data"
-    proc = subprocess.Popen(["perf", "record", "-g", "-q", "-p", str(pid), "-o", os.path.join(out_dir, name)],
+    events = ["-e", event] if event else []
+    proc = subprocess.Popen(["perf", "record", *events, "-g", "-q", "-p", str(pid), "-o", os.path.join(out_dir, name)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)  # perf attaches to every thread before the readers start
     return proc
@@ -249,17 +257,19 @@ def measured_epoch(binary, mnt, paths, crcs, args, epoch_seed, in_cgroup, since_
     before = status_counters(daemon_status(binary, mnt))
     pid = int(before["pid"])
     cpu0 = cpu_seconds(pid)
+    faults0 = minor_faults(pid)
     sampler = ThreadSampler(pid)
-    profile = start_perf(args.perf, pid, binary) if args.perf else None
+    profile = start_perf(args.perf, pid, binary, args.perf_event) if args.perf else None
     secs = read_epoch(mnt, paths, crcs, args.readers, epoch_seed, in_cgroup, sampler)
     cpu_total = cpu_seconds(pid)
+    faults = minor_faults(pid) - faults0
     if profile is not None:
         stop_perf(profile)
     cpu = cpu_total - cpu0
     after = status_counters(daemon_status(binary, mnt))
     since_start = {"us_per_file_since_start": cpu_total * 1e6 / len(paths)} if since_mount else {}
     return {"us_per_file": cpu * 1e6 / len(paths), "files_per_s": len(paths) / secs,
-            "daemon_cpu_s": cpu, "seconds": secs, **since_start,
+            "faults_per_file": faults / len(paths), "daemon_cpu_s": cpu, "seconds": secs, **since_start,
             "threads": sampler.shares(),
             # What the epoch added to each number of the status (a gauge's change), and
             # the status at its end.
@@ -319,6 +329,8 @@ def main() -> int:
     p.add_argument("--epochfs-arg", action="append", default=[], metavar="ARG")
     p.add_argument("--perf", default=None, metavar="DIR",
                    help="record the daemon with `perf record -g` over each measured epoch, into DIR")
+    p.add_argument("--perf-event", default=None, metavar="EVENT",
+                   help="what --perf samples: e.g. page-faults, to see where fresh memory is touched")
     p.add_argument("--workdir", default="/var/tmp/epochfs-cpu-per-file")
     p.add_argument("--out", default=os.path.join(REPO, "docs", "bench", "cpu_per_file.json"))
     args = p.parse_args()
@@ -363,7 +375,8 @@ def main() -> int:
                     res = run_row(row, binary, src, mnt, cache, paths, crcs, data_bytes, args, r)
                     results[row][label].append(res)
                     print(f"round {r + 1} {row:<8} {label:<5} {res['us_per_file']:7.1f} us/file "
-                          f"{res['files_per_s']:8.0f} files/s", flush=True)
+                          f"{res['files_per_s']:8.0f} files/s "
+                          f"{res['faults_per_file']:6.1f} faults/file", flush=True)
     finally:
         shutil.rmtree(tmpfs, ignore_errors=True)
         for _, binary in binaries:
