@@ -656,6 +656,7 @@ Result<std::unique_ptr<Cache>> OpenCacheWithIoEngine(const CacheOptions& options
         .max_pending_bytes = options.ssd_write_queue_bytes,
     };
     ssd_options.stream_buffer_bytes = options.stream_buffer_bytes;
+    ssd_options.read_buffer_bytes = options.read_buffer_bytes;
     // A run never needs more than the whole budget for itself.
     ssd_options.stream_io_bytes = std::min<uint64_t>(ssd_options.stream_io_bytes,
                                                      std::max<uint64_t>(options.stream_buffer_bytes, 256u << 10));
@@ -752,6 +753,15 @@ void SsdStats::VisitCounters(const CounterVisitor& visit) const {
       CounterInfo{"ssd_stream_bytes", "Bytes read to stream SSD entries into RAM.", kCounter}.Show(
           {.row = "SSD to RAM", .label = "of", .unit = kBytes}),
       stream_bytes);
+  visit(CounterInfo{"ssd_read_buffers", "Single SSD reads (an entry, a read-around window).",
+                    kCounter}
+            .Show({.row = "SSD to RAM", .label = "single reads", .quiet = true}),
+        read_buffers);
+  visit(CounterInfo{"ssd_read_buffers_reused",
+                    "Single SSD reads into a buffer the daemon had used before (no page faults).",
+                    kCounter}
+            .Show({.row = "SSD to RAM", .label = "into reused buffers", .quiet = true}),
+        read_buffers_reused);
   visit(CounterInfo{"corrupt_entries",
                     "Cached entries that failed their checksum (the source was served instead).",
                     kCounter, "epochfs_corrupt_entries_total"}

@@ -136,6 +136,8 @@ struct CacheOptions {
   uint64_t ssd_write_queue_bytes = 64ull << 20;
   // StreamFromSsd()'s read buffers, all callers together (they wait for each other).
   uint64_t stream_buffer_bytes = 16ull << 20;
+  // Freed buffers of single-entry SSD reads kept for the next ones (buffer_pool.h).
+  uint64_t read_buffer_bytes = 8ull << 20;
   // Told about every demand read that had to read the source (readahead pacing
   // watches them); must outlive the cache. Optional.
   DemandObserver* demand_observer = nullptr;
@@ -172,6 +174,9 @@ struct SsdStats {
   // Stream() (Cache::StreamFromSsd): entries brought (into RAM, or taken by its taker),
   // the IOs and bytes read.
   uint64_t streamed_entries = 0, stream_ios = 0, stream_bytes = 0;
+  // Single reads (an entry, a read-around window): how many, and how many of them went
+  // into a buffer used before (BufferPool).
+  uint64_t read_buffers = 0, read_buffers_reused = 0;
   // At start-up: index records that pointed at missing pack bytes (dropped), and
   // whether the index was found damaged and rebuilt from the packs.
   uint64_t dangling_records = 0;

@@ -263,7 +263,7 @@ Status PackWriter::Sync() {
 
 Result<std::shared_ptr<PackReader>> PackReader::Open(IoEngine& io,
                                                      const std::filesystem::path& path,
-                                                     uint32_t pack_id) {
+                                                     uint32_t pack_id, BufferPool& buffers) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return Status::FromErrno(errno, "open " + path.string());
   char header[kPackHeaderSize];
@@ -274,7 +274,7 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(IoEngine& io,
   // go through the page cache and drop it behind them.
   UniqueFd direct(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
   auto reader =
-      std::shared_ptr<PackReader>(new PackReader(io, std::move(fd), std::move(direct), pack_id));
+      std::shared_ptr<PackReader>(new PackReader(io, std::move(fd), std::move(direct), pack_id, buffers));
   reader->DropCachedRange(0, 128u << 10);  // the header, and what readahead brought with it
   return reader;
 }
@@ -285,65 +285,43 @@ void PackReader::DropCachedRange(uint64_t offset, uint64_t len) const {
                         POSIX_FADV_DONTNEED);
 }
 
-Result<std::shared_ptr<const std::string>> PackReader::ReadRange(uint64_t offset,
-                                                                 size_t len) const {
-  std::string bytes(len, '\0');
-  Result<size_t> n = io_.ReadAt(fd_.get(), bytes.data(), len, offset);
+Result<ChunkBytes> PackReader::ReadRange(uint64_t offset, size_t len) const {
+  BufferPool::Buffer buffer = buffers_.Take(len);
+  if (buffer.memory == nullptr) return Status::FromErrno(ENOMEM, "buffer for a pack read");
+  Result<size_t> n = io_.ReadAt(fd_.get(), buffer.memory.get(), len, offset);
   if (!n.ok()) return n.status();
   DropCachedRange(offset, len);
-  bytes.resize(*n);
-  return std::make_shared<const std::string>(std::move(bytes));
+  const char* data = buffer.memory.get();
+  return ChunkBytes::Share(std::shared_ptr<const char>(std::move(buffer.memory)), data, *n,
+                           buffer.len);
 }
-
-namespace {
-
-// Memory aligned for O_DIRECT, freed with the last ChunkBytes that shares it.
-class AlignedBuffer {
- public:
-  static std::shared_ptr<AlignedBuffer> New(size_t len) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, kDirectIoAlignment, len) != 0) return nullptr;
-    return std::shared_ptr<AlignedBuffer>(new AlignedBuffer(static_cast<char*>(p), len));
-  }
-  ~AlignedBuffer() { std::free(data_); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  char* data() const { return data_; }
-  size_t size() const { return len_; }
-
- private:
-  AlignedBuffer(char* data, size_t len) : data_(data), len_(len) {}
-  char* data_;
-  size_t len_;
-};
-
-}  // namespace
 
 Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
                                          const ChunkKey& key) const {
   const size_t len = kEntryHeaderSize + size_t{stored_len};
-  // With O_DIRECT: the aligned range around the entry, straight into an aligned buffer
-  // that a raw entry's bytes then stay in (no copy, no page cache to fill and drop
-  // again). Without: a buffered read of exactly the entry, shared the same way.
-  std::shared_ptr<const std::string> buffered;
-  std::shared_ptr<const AlignedBuffer> aligned;
+  // With O_DIRECT: the aligned range around the entry, straight into an aligned buffer.
+  // Without: a buffered read of exactly the entry. Either way into a buffer of the pool
+  // (one used before, where it has one) that a raw entry's bytes then stay in: no copy,
+  // and with O_DIRECT no page cache to fill and drop again.
+  ChunkBytes read;
   std::span<const char> bytes;
   if (direct_fd_) {
     const uint64_t start = offset / kDirectIoAlignment * kDirectIoAlignment;
     const uint64_t end =
         (offset + len + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-    std::shared_ptr<AlignedBuffer> buffer = AlignedBuffer::New(end - start);
-    if (buffer == nullptr) return Status::FromErrno(ENOMEM, "buffer for a pack read");
-    Result<size_t> n = io_.ReadAt(direct_fd_.get(), buffer->data(), end - start, start);
+    BufferPool::Buffer aligned = buffers_.Take(end - start);
+    if (aligned.memory == nullptr) return Status::FromErrno(ENOMEM, "buffer for a pack read");
+    Result<size_t> n = io_.ReadAt(direct_fd_.get(), aligned.memory.get(), end - start, start);
     if (!n.ok()) return n.status();
-    const size_t at = offset - start;
-    bytes = std::span<const char>(buffer->data(), *n).subspan(std::min<size_t>(at, *n));
-    aligned = std::move(buffer);
+    const char* data = aligned.memory.get();
+    read = ChunkBytes::Share(std::shared_ptr<const char>(std::move(aligned.memory)), data, *n,
+                             aligned.len);
+    bytes = read.span().subspan(std::min<size_t>(offset - start, *n));
   } else {
-    Result<std::shared_ptr<const std::string>> read = ReadRange(offset, len);
-    if (!read.ok()) return read.status();
-    buffered = std::move(read).value();
-    bytes = *buffered;
+    Result<ChunkBytes> range = ReadRange(offset, len);
+    if (!range.ok()) return range.status();
+    read = std::move(range).value();
+    bytes = read.span();
   }
   if (bytes.size() < len) {
     return Status::Corruption(fmt::format("pack {} offset {}: short read ({} of {} bytes)", id_,
@@ -355,15 +333,13 @@ Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
     return Status::Corruption(
         fmt::format("pack {} offset {}: entry is not the indexed one", id_, offset));
   }
-  if (aligned != nullptr && header->codec == Codec::kRaw) {
-    const std::span<const char> stored = bytes.subspan(kEntryHeaderSize, stored_len);
+  const std::span<const char> stored = bytes.subspan(kEntryHeaderSize, stored_len);
+  if (header->codec == Codec::kRaw) {
     Status checked = CheckRaw(stored, header->plain_len, header->checksum);
     if (!checked.ok()) return WithLocation(checked, id_, offset);
-    return ChunkBytes::Share(aligned, stored.data(), stored.size(), aligned->size());
+    return ChunkBytes::Share(std::move(read.owner), stored.data(), stored.size(), read.owned);
   }
-  Result<ChunkBytes> plain =
-      buffered ? DecodeEntryData(*header, buffered, kEntryHeaderSize, true)
-               : DecodeEntryData(*header, bytes.subspan(kEntryHeaderSize, stored_len));
+  Result<ChunkBytes> plain = DecodeEntryData(*header, stored);
   if (!plain.ok()) return WithLocation(plain.status(), id_, offset);
   return plain;
 }

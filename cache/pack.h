@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/buffer_pool.h"
 #include "cache/cache.h"
 #include "cache/chunk_bytes.h"
 #include "cache/codec.h"
@@ -166,9 +167,10 @@ class PackWriter {
 // Reads entries of one pack at known offsets. Thread-safe.
 class PackReader {
  public:
-  // Opens the pack read-only and checks its file header.
+  // Opens the pack read-only and checks its file header. ReadEntry reads into buffers
+  // from `buffers`, which must outlive the reader.
   static Result<std::shared_ptr<PackReader>> Open(IoEngine& io, const std::filesystem::path& path,
-                                                  uint32_t pack_id);
+                                                  uint32_t pack_id, BufferPool& buffers);
 
   // Reads the entry at `offset`, which the index says is `key` with `stored_len`
   // stored bytes, in one IO, and verifies it. Errors: kIoError (the read failed),
@@ -178,7 +180,9 @@ class PackReader {
   // Reads pack bytes [offset, offset + len) (fewer at end of file). The pages read are
   // dropped from the page cache afterwards: the bytes go on to the RAM tier, and a second
   // copy in the page cache would only double what the daemon's memory limit pays for.
-  Result<std::shared_ptr<const std::string>> ReadRange(uint64_t offset, size_t len) const;
+  // Into a buffer from the reader's pool, which the bytes (and anything shared from
+  // them) keep.
+  Result<ChunkBytes> ReadRange(uint64_t offset, size_t len) const;
 
   // For large streamed reads: an O_DIRECT descriptor of the pack (reads bypass the page
   // cache; offsets, lengths and buffers aligned to kDirectIoAlignment), or -1 where the
@@ -191,12 +195,14 @@ class PackReader {
   uint32_t id() const { return id_; }
 
  private:
-  PackReader(IoEngine& io, UniqueFd fd, UniqueFd direct_fd, uint32_t id)
-      : io_(io), fd_(std::move(fd)), direct_fd_(std::move(direct_fd)), id_(id) {}
+  PackReader(IoEngine& io, UniqueFd fd, UniqueFd direct_fd, uint32_t id, BufferPool& buffers)
+      : io_(io), fd_(std::move(fd)), direct_fd_(std::move(direct_fd)), id_(id),
+        buffers_(buffers) {}
   IoEngine& io_;
   UniqueFd fd_;
   UniqueFd direct_fd_;  // invalid where O_DIRECT is refused
   uint32_t id_;
+  BufferPool& buffers_;
 };
 
 // Walks a pack from the start, entry by entry, for index rebuilds and compaction.

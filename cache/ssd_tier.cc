@@ -64,7 +64,8 @@ SsdTier::SsdTier(const SsdTierOptions& options, IoEngine& io, RamTier* ram)
       reserve_(EffectivePackSize(options) / 2 + 4096),
       packs_dir_(options.dir / "packs"),
       io_(io),
-      ram_(ram) {}
+      ram_(ram),
+      read_buffers_(options.read_buffer_bytes) {}
 
 Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, IoEngine& io,
                                                RamTier* ram) {
@@ -279,7 +280,7 @@ Result<std::shared_ptr<PackReader>> SsdTier::ReaderFor(uint32_t pack_id) {
   if (it == packs_.end()) return Status::NotFound(fmt::format("pack {} is gone", pack_id));
   if (it->second.reader) return it->second.reader;
   Result<std::shared_ptr<PackReader>> reader =
-      PackReader::Open(io_, packs_dir_ / PackFileName(pack_id), pack_id);
+      PackReader::Open(io_, packs_dir_ / PackFileName(pack_id), pack_id, read_buffers_);
   if (reader.ok()) it->second.reader = *reader;
   return reader;
 }
@@ -596,9 +597,9 @@ Result<ChunkBytes> SsdTier::ReadWithNeighbours(const PackReader& reader, const C
   const uint64_t window = options_.read_around_window;
   const uint64_t start = rec.offset / window * window;
   const uint64_t end = (rec.offset + EntryLen(rec) + window - 1) / window * window;
-  Result<std::shared_ptr<const std::string>> buf = reader.ReadRange(start, end - start);
+  Result<ChunkBytes> buf = reader.ReadRange(start, end - start);
   if (!buf.ok()) return buf.status();
-  const std::string& bytes = **buf;
+  const std::span<const char> bytes = buf->span();
   // Copied out (not shared): the target must not pin the whole window in RAM.
   Result<ChunkBytes> target = DecodeStreamed(bytes, start, key, rec);
   if (!target.ok()) return target.status();
@@ -612,8 +613,9 @@ Result<ChunkBytes> SsdTier::ReadWithNeighbours(const PackReader& reader, const C
         (*current)->offset != e.offset) {
       continue;
     }
+    // Copied out too, for the same reason.
     Result<ChunkBytes> plain =
-        DecodeEntryData(e.header, *buf, e.offset - start + kEntryHeaderSize, false);
+        DecodeEntryData(e.header, bytes.subspan(e.offset - start + kEntryHeaderSize));
     if (!plain.ok()) continue;  // its own read will find and count the damage
     if (ram_->InsertIfRoom(e.header.key, e.header.identity(), std::move(plain).value())) {
       ++read_around_;
@@ -741,6 +743,8 @@ SsdStats SsdTier::GetStats() const {
   s.streamed_entries = streamed_;
   s.stream_ios = stream_ios_;
   s.stream_bytes = stream_bytes_;
+  s.read_buffers = read_buffers_.taken();
+  s.read_buffers_reused = read_buffers_.reused();
   s.dangling_records = dangling_records_;
   s.index_rebuilt = index_rebuilt_after_corruption_;
   s.degraded = degraded_;

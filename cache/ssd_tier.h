@@ -110,6 +110,8 @@ struct SsdTierOptions {
   // Memory for the run buffers of all Stream() calls together: a caller waits for its
   // share, so streaming never holds more than this on top of the RAM tier.
   uint64_t stream_buffer_bytes = 16ull << 20;
+  // Freed buffers of single-entry reads kept for the next reads (buffer_pool.h).
+  uint64_t read_buffer_bytes = 8ull << 20;
 };
 
 // A chunk to stream into RAM, with the identity its source file has now.
@@ -243,6 +245,8 @@ class SsdTier {
   std::unique_ptr<Index> index_;
 
   mutable Mutex meta_mu_;
+  // Before the packs: their readers take buffers from it.
+  BufferPool read_buffers_;
   std::map<uint32_t, PackInfo> packs_ GUARDED_BY(meta_mu_);
   uint64_t pack_bytes_ GUARDED_BY(meta_mu_) = 0;
   uint64_t live_entries_ GUARDED_BY(meta_mu_) = 0;

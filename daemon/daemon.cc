@@ -119,13 +119,15 @@ MemoryPlan PlanMemory(uint64_t ram) {
   // two prefetch threads' batches fit at once: the others' reads waited for those
   // pushes (docs/benchmarks.md, "Figures behind design choices").
   plan.stream_buffers = std::clamp<uint64_t>(ram / 16, 1ull << 20, 32ull << 20);
+  // Enough for the reads that come between an eviction and the next (buffer_pool.h).
+  plan.read_buffers = std::clamp<uint64_t>(ram / 32, 1ull << 20, 16ull << 20);
   // Per-file bookkeeping grows with the data set, not with the bytes cached: 300,000
   // small files cost the prefetcher more than a 64M RAM tier holds. It gets its own
   // share, and what does not fit is served untracked.
   plan.file_table = ram / 8;
   plan.plan = ram / 16;
-  const uint64_t fixed = plan.write_queue + plan.stream_buffers + kIndexMemoryBytes +
-                         plan.file_table + plan.plan;
+  const uint64_t fixed = plan.write_queue + plan.stream_buffers + plan.read_buffers +
+                         kIndexMemoryBytes + plan.file_table + plan.plan;
   plan.ram_tier = ram > fixed ? ram - fixed : 0;
   return plan;
 }
@@ -345,6 +347,7 @@ Status Daemon::BuildCache() {
   cache_options.ram_budget = memory_.ram_tier;
   cache_options.ssd_write_queue_bytes = memory_.write_queue;
   cache_options.stream_buffer_bytes = memory_.stream_buffers;
+  cache_options.read_buffer_bytes = memory_.read_buffers;
   cache_options.disk_budget = options.disk_budget;
   cache_options.chunk_size = options.chunk_size;
   cache_options.use_io_uring = options.use_io_uring;

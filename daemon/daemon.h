@@ -100,6 +100,7 @@ struct MemoryPlan {
   uint64_t ram_tier = 0;
   uint64_t write_queue = 0;
   uint64_t stream_buffers = 0;
+  uint64_t read_buffers = 0;  // freed SSD read buffers kept for reuse (cache/buffer_pool.h)
   uint64_t file_table = 0;  // the prefetcher's per-file tables (PrefetcherOptions)
   uint64_t plan = 0;        // a published plan (PlanParserOptions::max_bytes)
 };

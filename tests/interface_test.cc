@@ -582,6 +582,8 @@ const std::vector<std::string> kStatsKeys = {
     "ssd_hit_bytes",
     "ssd_hits",
     "ssd_read_around",
+    "ssd_read_buffers",
+    "ssd_read_buffers_reused",
     "ssd_stream_bytes",
     "ssd_stream_ios",
     "ssd_streamed",
