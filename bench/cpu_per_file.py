@@ -371,7 +371,10 @@ def main() -> int:
                 line += f", tmpfs {references['tmpfs'][-1]:8.0f} files/s"
             print(line, flush=True)
             for row in args.rows:
-                for label, binary in binaries:
+                # The binaries swap places every round: the one that runs second in a
+                # row meets the first one's leftovers (its cache's writeback, a colder
+                # page cache), so a fixed order would favour one of them.
+                for label, binary in (binaries if r % 2 == 0 else binaries[::-1]):
                     res = run_row(row, binary, src, mnt, cache, paths, crcs, data_bytes, args, r)
                     results[row][label].append(res)
                     print(f"round {r + 1} {row:<8} {label:<5} {res['us_per_file']:7.1f} us/file "
