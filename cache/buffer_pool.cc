@@ -12,7 +12,7 @@ namespace epochfs::cache {
 struct BufferPool::Core {
   explicit Core(uint64_t capacity) : capacity(capacity) {}
   ~Core() {
-    for (const auto& [len, buffer] : free) std::free(buffer);
+    for (const auto& [len, buffer] : kept) std::free(buffer);
   }
 
   // Keeps `buffer` of `len` bytes while there is room, else frees it.
@@ -20,7 +20,7 @@ struct BufferPool::Core {
     {
       MutexLock lock(mu);
       if (held + len <= capacity) {
-        free.emplace(len, buffer);
+        kept.emplace(len, buffer);
         held += len;
         return;
       }
@@ -30,7 +30,7 @@ struct BufferPool::Core {
 
   const uint64_t capacity;
   mutable Mutex mu;
-  std::multimap<size_t, char*> free GUARDED_BY(mu);  // by size
+  std::multimap<size_t, char*> kept GUARDED_BY(mu);  // freed buffers, by size
   uint64_t held GUARDED_BY(mu) = 0;
   uint64_t reused GUARDED_BY(mu) = 0;
   uint64_t taken GUARDED_BY(mu) = 0;
@@ -46,11 +46,11 @@ BufferPool::Buffer BufferPool::Take(size_t len) {
   {
     MutexLock lock(core_->mu);
     ++core_->taken;
-    auto it = core_->free.lower_bound(size);
-    if (it != core_->free.end() && it->first <= size + kSlack) {
+    auto it = core_->kept.lower_bound(size);
+    if (it != core_->kept.end() && it->first <= size + kSlack) {
       size = it->first;
       buffer = it->second;
-      core_->free.erase(it);
+      core_->kept.erase(it);
       core_->held -= size;
       ++core_->reused;
     }
