@@ -4,7 +4,7 @@
 // Why: a read into memory the process has not used before pays a page fault per page,
 // and on a VM whose hypervisor shadows the guest's page tables the first user-mode pass
 // over it (the checksum of an entry read from a pack) pays a hypervisor exit per page
-// too, many times the pass itself (docs/benchmarks.md, "Pack reads into buffers used
+// too, many times the pass itself (docs/benchmarks.md, "Reads into buffers used
 // before"). malloc does hand freed memory out again, but not reliably: it gives the top
 // of a heap back to the kernel past its trim threshold, and the daemon's trims give back
 // every free page. A buffer this pool keeps stays the process's, pages and all.

@@ -285,15 +285,20 @@ void PackReader::DropCachedRange(uint64_t offset, uint64_t len) const {
                         POSIX_FADV_DONTNEED);
 }
 
-Result<ChunkBytes> PackReader::ReadRange(uint64_t offset, size_t len) const {
+Result<ChunkBytes> PackReader::ReadIntoBuffer(int fd, uint64_t offset, size_t len) const {
   BufferPool::Buffer buffer = buffers_.Take(len);
   if (buffer.memory == nullptr) return Status::FromErrno(ENOMEM, "buffer for a pack read");
-  Result<size_t> n = io_.ReadAt(fd_.get(), buffer.memory.get(), len, offset);
+  Result<size_t> n = io_.ReadAt(fd, buffer.memory.get(), len, offset);
   if (!n.ok()) return n.status();
-  DropCachedRange(offset, len);
   const char* data = buffer.memory.get();
   return ChunkBytes::Share(std::shared_ptr<const char>(std::move(buffer.memory)), data, *n,
                            buffer.len);
+}
+
+Result<ChunkBytes> PackReader::ReadRange(uint64_t offset, size_t len) const {
+  Result<ChunkBytes> bytes = ReadIntoBuffer(fd_.get(), offset, len);
+  if (bytes.ok()) DropCachedRange(offset, len);
+  return bytes;
 }
 
 Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
@@ -309,14 +314,10 @@ Result<ChunkBytes> PackReader::ReadEntry(uint64_t offset, uint32_t stored_len,
     const uint64_t start = offset / kDirectIoAlignment * kDirectIoAlignment;
     const uint64_t end =
         (offset + len + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-    BufferPool::Buffer aligned = buffers_.Take(end - start);
-    if (aligned.memory == nullptr) return Status::FromErrno(ENOMEM, "buffer for a pack read");
-    Result<size_t> n = io_.ReadAt(direct_fd_.get(), aligned.memory.get(), end - start, start);
-    if (!n.ok()) return n.status();
-    const char* data = aligned.memory.get();
-    read = ChunkBytes::Share(std::shared_ptr<const char>(std::move(aligned.memory)), data, *n,
-                             aligned.len);
-    bytes = read.span().subspan(std::min<size_t>(offset - start, *n));
+    Result<ChunkBytes> aligned = ReadIntoBuffer(direct_fd_.get(), start, end - start);
+    if (!aligned.ok()) return aligned.status();
+    read = std::move(aligned).value();
+    bytes = read.span().subspan(std::min<size_t>(offset - start, read.size));
   } else {
     Result<ChunkBytes> range = ReadRange(offset, len);
     if (!range.ok()) return range.status();

@@ -167,8 +167,8 @@ class PackWriter {
 // Reads entries of one pack at known offsets. Thread-safe.
 class PackReader {
  public:
-  // Opens the pack read-only and checks its file header. ReadEntry reads into buffers
-  // from `buffers`, which must outlive the reader.
+  // Opens the pack read-only and checks its file header. Reads go into buffers from
+  // `buffers`, which must outlive the reader.
   static Result<std::shared_ptr<PackReader>> Open(IoEngine& io, const std::filesystem::path& path,
                                                   uint32_t pack_id, BufferPool& buffers);
 
@@ -198,6 +198,8 @@ class PackReader {
   PackReader(IoEngine& io, UniqueFd fd, UniqueFd direct_fd, uint32_t id, BufferPool& buffers)
       : io_(io), fd_(std::move(fd)), direct_fd_(std::move(direct_fd)), id_(id),
         buffers_(buffers) {}
+  // `len` bytes at `offset` of `fd` (fewer at end of file), read into a buffer of the pool.
+  Result<ChunkBytes> ReadIntoBuffer(int fd, uint64_t offset, size_t len) const;
   IoEngine& io_;
   UniqueFd fd_;
   UniqueFd direct_fd_;  // invalid where O_DIRECT is refused

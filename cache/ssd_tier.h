@@ -110,7 +110,8 @@ struct SsdTierOptions {
   // Memory for the run buffers of all Stream() calls together: a caller waits for its
   // share, so streaming never holds more than this on top of the RAM tier.
   uint64_t stream_buffer_bytes = 16ull << 20;
-  // Freed buffers of single-entry reads kept for the next reads (buffer_pool.h).
+  // Freed buffers of single reads (an entry, a read-around window) kept for the next
+  // ones (buffer_pool.h).
   uint64_t read_buffer_bytes = 8ull << 20;
 };
 
