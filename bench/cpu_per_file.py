@@ -230,6 +230,22 @@ def mount(binary: str, src: str, mnt: str, cache: str, ram: str, extra: list[str
     return daemon_pid(binary, mnt)
 
 
+URING_PARAMETER = "/sys/module/fuse/parameters/enable_uring"
+
+
+def set_kernel_fuse_uring(value: str | None) -> str | None:
+    """Sets the fuse module's enable_uring ("Y"/"N"); returns what it was (None: absent)."""
+    try:
+        with open(URING_PARAMETER) as f:
+            before = f.read().strip()
+    except OSError:
+        return None
+    if value is not None:
+        with open(URING_PARAMETER, "w") as f:
+            f.write(value + "\n")
+    return before
+
+
 def umount(binary: str, mnt: str) -> None:
     subprocess.run([binary, "umount", mnt], check=True)
 
@@ -284,23 +300,23 @@ def reference_epoch(root: str, paths, crcs, args, epoch_seed: int, cold: bool) -
     return len(paths) / read_epoch(root, paths, crcs, args.readers, epoch_seed, False)
 
 
-def run_row(row: str, binary: str, src: str, mnt: str, cache: str, paths, crcs, data_bytes,
-            args, round_no: int) -> dict:
+def run_row(row: str, binary: str, extra: list[str], src: str, mnt: str, cache: str, paths,
+            crcs, data_bytes, args, round_no: int) -> dict:
     shutil.rmtree(cache, ignore_errors=True)
     seed = 1000 * round_no
     if row == "warm":
-        mount(binary, src, mnt, cache, f"{2 * data_bytes}", args.epochfs_arg, False)
+        mount(binary, src, mnt, cache, f"{2 * data_bytes}", extra, False)
         for e in range(2):
             read_epoch(mnt, paths, crcs, args.readers, seed + e, False)
         result = measured_epoch(binary, mnt, paths, crcs, args, seed + 2, False)
         umount(binary, mnt)
         return result
     if row == "restart":
-        mount(binary, src, mnt, cache, f"{2 * data_bytes}", args.epochfs_arg, False)
+        mount(binary, src, mnt, cache, f"{2 * data_bytes}", extra, False)
         read_epoch(mnt, paths, crcs, args.readers, seed, False)
         umount(binary, mnt)
         drop_caches()
-        mount(binary, src, mnt, cache, f"{2 * data_bytes}", args.epochfs_arg, False)
+        mount(binary, src, mnt, cache, f"{2 * data_bytes}", extra, False)
         result = measured_epoch(binary, mnt, paths, crcs, args, seed + 1, False, since_mount=True)
         umount(binary, mnt)
         return result
@@ -309,7 +325,7 @@ def run_row(row: str, binary: str, src: str, mnt: str, cache: str, paths, crcs, 
     with open(os.path.join(CGROUP, "memory.limit_in_bytes"), "w") as f:
         f.write(str(limit))
     drop_caches()
-    mount(binary, src, mnt, cache, str(limit // 2), args.epochfs_arg, True)
+    mount(binary, src, mnt, cache, str(limit // 2), extra, True)
     for e in range(2):
         read_epoch(mnt, paths, crcs, args.readers, seed + e, True)
     result = measured_epoch(binary, mnt, paths, crcs, args, seed + 2, True)
@@ -327,6 +343,12 @@ def main() -> int:
     p.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     p.add_argument("--mem-fraction", type=float, default=0.4)
     p.add_argument("--epochfs-arg", action="append", default=[], metavar="ARG")
+    p.add_argument("--baseline-arg", action="append", default=[], metavar="ARG",
+                   help="a mount flag for the baseline only (e.g. --no-fuse-uring, to compare "
+                        "one binary with and without it)")
+    p.add_argument("--kernel-fuse-uring", choices=("on", "off"), default=None,
+                   help="set the fuse module's enable_uring for the run (put back after): "
+                        "FUSE over io_uring for the mounts that ask for it")
     p.add_argument("--perf", default=None, metavar="DIR",
                    help="record the daemon with `perf record -g` over each measured epoch, into DIR")
     p.add_argument("--perf-event", default=None, metavar="EVENT",
@@ -338,12 +360,17 @@ def main() -> int:
     if "cgroup" in args.rows and not os.path.isdir("/sys/fs/cgroup/memory"):
         print("no cgroup-v1 memory controller here: the cgroup row is left out", flush=True)
         args.rows = [r for r in args.rows if r != "cgroup"]
+    uring_before = set_kernel_fuse_uring(
+        {"on": "Y", "off": "N", None: None}[args.kernel_fuse_uring])
+    if args.kernel_fuse_uring and uring_before is None:
+        sys.exit("this kernel has no FUSE over io_uring (no " + URING_PARAMETER + ")")
+    uring_now = set_kernel_fuse_uring(None)
     shutil.rmtree(args.workdir, ignore_errors=True)
     src, mnt, cache = (os.path.join(args.workdir, d) for d in ("src", "mnt", "cache"))
     os.makedirs(mnt)
     paths, crcs, data_bytes = make_dataset(src, args.files, 1234)
     print(f"{args.files} files, {data_bytes / 1e6:.0f} MB, {args.readers} buffered readers, "
-          f"{os.cpu_count()} cores", flush=True)
+          f"{os.cpu_count()} cores, fuse enable_uring {uring_now}", flush=True)
     binaries = [("new", os.path.abspath(args.epochfs))]
     if args.baseline:
         binaries.append(("base", os.path.abspath(args.baseline)))
@@ -375,12 +402,16 @@ def main() -> int:
                 # row meets the first one's leftovers (its cache's writeback, a colder
                 # page cache), so a fixed order would favour one of them.
                 for label, binary in (binaries if r % 2 == 0 else binaries[::-1]):
-                    res = run_row(row, binary, src, mnt, cache, paths, crcs, data_bytes, args, r)
+                    extra = args.epochfs_arg + (args.baseline_arg if label == "base" else [])
+                    res = run_row(row, binary, extra, src, mnt, cache, paths, crcs, data_bytes,
+                                  args, r)
                     results[row][label].append(res)
                     print(f"round {r + 1} {row:<8} {label:<5} {res['us_per_file']:7.1f} us/file "
                           f"{res['files_per_s']:8.0f} files/s "
                           f"{res['faults_per_file']:6.1f} faults/file", flush=True)
     finally:
+        if args.kernel_fuse_uring and uring_before is not None:
+            set_kernel_fuse_uring(uring_before)
         shutil.rmtree(tmpfs, ignore_errors=True)
         for _, binary in binaries:
             subprocess.run([binary, "umount", "--lazy", mnt], capture_output=True)
@@ -430,7 +461,7 @@ def main() -> int:
             print(f"  {row:<8} {label:<5} " + ", ".join(f"{k} {v:.0f}" for k, v in shown.items()))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"params": vars(args), "data_bytes": data_bytes, "rounds": results,
+        json.dump({"params": vars(args), "fuse_enable_uring": uring_now, "data_bytes": data_bytes, "rounds": results,
                    "median": summary, "references_files_per_s": references,
                    "cores": os.cpu_count(),
                    "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],

@@ -115,6 +115,14 @@ std::vector<OptionRow> BuildTable() {
                "passthrough, Linux 6.12+, --consistency open), and cache them in idle CPU "
                "time: for sources as fast as the cache",
        .apply = [](const OptionValue& v, MountOptions& o) { o.passthrough = v.boolean; }},
+      {.flag = "--no-fuse-uring",
+       .toml_key = "fuse_uring",
+       .fstab_keys = {"no_fuse_uring"},
+       .type = kBool,
+       .flag_turns_off = true,
+       .help = "Take FUSE requests from /dev/fuse even where the kernel offers io_uring for "
+               "them (Linux 6.14+ with the fuse module's enable_uring set)",
+       .apply = [](const OptionValue& v, MountOptions& o) { o.fuse_uring = v.boolean; }},
       {.flag = "--prefetch-bandwidth",
        .toml_key = "prefetch_bandwidth",
        .fstab_keys = {"prefetch_bandwidth"},

@@ -217,6 +217,8 @@ MountCounters Daemon::GatherCounters() const {
   c.read_only = options.read_only;
   c.parallel_lookups = fs::ParallelDiropsGranted();
   c.passthrough = fs::PassthroughGranted();
+  c.fuse_uring = fs::FuseUringGranted();
+  c.fuse_uring_requests = fs::FuseUringRequests();
   c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   c.requests = &ctx.counters;
   c.cache = fs.cache().Stats();
@@ -615,7 +617,17 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
     spdlog::warn("--passthrough needs --consistency open: in notify mode the kernel opens "
                  "files without the daemon");
   }
-  if (Status st = session_.Mount(options.mountpoint, {.passthrough = passthrough}); !st.ok()) {
+  // Over io_uring the kernel hands a request to a queue of the CPU that sent it, and only
+  // that queue's threads answer it: the request threads are split among the CPUs, at
+  // least two per queue, so that one waiting in the kernel (a drop waiting for a READ of
+  // a page it drops, sent from the same CPU) leaves another to answer (fs/fuse_uring.h).
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  const fs::InitWishes wishes{
+      .passthrough = passthrough,
+      .uring_threads_per_queue =
+          options.fuse_uring ? std::max(2u, options.max_threads / cpus) : 0u,
+      .mountpoint = options.mountpoint.string()};
+  if (Status st = session_.Mount(options.mountpoint, wishes); !st.ok()) {
     return fail(st);
   }
   mounted_ = true;
@@ -669,6 +681,7 @@ int Daemon::Run(const std::function<void(const Status&)>& ready) {
   fuse_loop_cfg_set_idle_threads(loop_config, std::max(2u, options.max_threads / 2));
   const int loop_rc = fuse_session_loop_mt(session_.get(), loop_config);
   fuse_loop_cfg_destroy(loop_config);
+  fs::StopFuseUring();
   readiness.join();
   isatty_guard_.reset();
   // ---- systemd: going down (the flush on the way may take a while). ----

@@ -149,6 +149,16 @@ void MountCounters::VisitCounters(const CounterVisitor& visit) const {
                     kFlag}
             .Show({.row = "daemon", .label = "passthrough"}),
         passthrough);
+  visit(CounterInfo{"fuse_uring",
+                    "Whether the kernel sends FUSE requests through io_uring rings (Linux 6.14+ "
+                    "with the fuse module's enable_uring set; --no-fuse-uring), not /dev/fuse.",
+                    kFlag}
+            .Show({.row = "daemon", .label = "fuse io_uring"}),
+        fuse_uring);
+  visit(CounterInfo{"fuse_uring_requests", "FUSE requests that came through io_uring.",
+                    CounterKind::kCounter, "epochfs_fuse_uring_requests_total"}
+            .Show({.row = "requests", .label = "through io_uring", .quiet = true}),
+        fuse_uring_requests);
   static const fs::RequestCounters kNoRequests;
   (requests ? *requests : kNoRequests).VisitCounters(visit);
   cache.VisitCounters(visit);

@@ -42,6 +42,8 @@ struct MountCounters {
   bool read_only = false;
   bool parallel_lookups = false;  // FUSE_PARALLEL_DIROPS granted (fs/init_reply.h)
   bool passthrough = false;       // FUSE_PASSTHROUGH granted (fs/init_reply.h)
+  bool fuse_uring = false;        // FUSE_OVER_IO_URING granted (fs/fuse_uring.h)
+  uint64_t fuse_uring_requests = 0;
   double uptime_s = 0;
   const fs::RequestCounters* requests = nullptr;  // null: every kind 0
   cache::CacheStats cache;

@@ -15,6 +15,9 @@
 //   name a source file registered with the connection, which the kernel then reads
 //   itself, with no READ to the daemon (fs/passthrough.h). libfuse 3.14 has no way to
 //   ask for it (a flag of INIT's second flags word, and the stacking depth it needs).
+// - FUSE_OVER_IO_URING (Linux 6.14 and later, with the fuse module's enable_uring set):
+//   requests come through io_uring rings the hook makes before it asks (fs/fuse_uring.h);
+//   the writev hook also hands each reply to such a request to its ring.
 //
 // How: libfuse 3.14's custom IO (fuse_session_custom_io) passes every request read
 // from /dev/fuse and every reply written to it through two hooks. The read hook notes
@@ -28,12 +31,18 @@
 
 #include <fuse_lowlevel.h>
 
+#include <string>
+
 #include "base/status.h"
 
 namespace epochfs::fs {
 
 struct InitWishes {
   bool passthrough = false;  // ask for FUSE_PASSTHROUGH where the kernel offers it
+  // Ask for FUSE_OVER_IO_URING where the kernel offers it, with this many worker threads
+  // per queue (fs/fuse_uring.h); 0: never.
+  unsigned uring_threads_per_queue = 0;
+  std::string mountpoint;  // where the session is mounted (fs/fuse_uring.h's Kick)
 };
 
 // Installs the hooks on `session`, mounted (fuse_session_mount) and not yet looping.
@@ -43,5 +52,10 @@ Status InstallInitReplyHook(struct fuse_session* session, InitWishes wishes);
 // kernel did not offer it (or it was not wished for).
 bool ParallelDiropsGranted();
 bool PassthroughGranted();
+// Whether requests come through io_uring (fs/fuse_uring.h), and how many have.
+bool FuseUringGranted();
+uint64_t FuseUringRequests();
+// Ends the io_uring workers; after the session's loop has returned.
+void StopFuseUring();
 
 }  // namespace epochfs::fs
