@@ -364,9 +364,11 @@ ssize_t FuseUring::WriteNotification(int fd, const struct iovec* iov, int count)
 
 void FuseUring::Keep() {
   pthread_setname_np(pthread_self(), "fuse-uring-keep");
+  // A stall that holds up a queue is rare (a drop racing READs of the pages it drops), and
+  // a look every 50 ms costs little while requests flow.
   constexpr int64_t kStalledNs = 10'000'000;
   while (!stopping_.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const int64_t now = NowNs();
     std::vector<unsigned> starved;
     {
