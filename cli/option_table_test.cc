@@ -25,12 +25,12 @@ std::string Describe(const MountOptions& o) {
       "source={} mountpoint={} cache_dir={} log_file={} ram={} disk={} disk_set={} chunk={} "
       "foreground={} read_only={} allow_other={} io_uring={} log_level={} attr={} entry={} "
       "threads={} consistency={} readahead={} prefetch={} iops={} bandwidth={} pacing={} "
-      "push={} passthrough={} isatty_guard={} listen={} remote={} textfile={}",
+      "push={} passthrough={} fuse_uring={} isatty_guard={} listen={} remote={} textfile={}",
       o.source.string(), o.mountpoint.string(), o.cache_dir.string(), o.log_file.string(),
       o.ram_budget, o.disk_budget, o.disk_budget_set, o.chunk_size, o.foreground, o.read_only,
       o.allow_other, o.use_io_uring, o.log_level, o.timeouts.attr_s, o.timeouts.entry_s,
       o.max_threads, daemon::ConsistencyName(o.consistency), o.readahead, o.prefetch_threads,
-      o.prefetch_iops, o.prefetch_bandwidth, o.prefetch_pacing, o.page_cache_push, o.passthrough,
+      o.prefetch_iops, o.prefetch_bandwidth, o.prefetch_pacing, o.page_cache_push, o.passthrough, o.fuse_uring,
       o.isatty_guard, o.metrics_listen,
       o.metrics_allow_remote, o.metrics_textfile.string());
 }

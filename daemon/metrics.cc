@@ -20,6 +20,7 @@ constexpr const char* kFamilyOrder[] = {
     "epochfs_uptime_seconds",
     "epochfs_requests_total",
     "epochfs_request_errors_total",
+    "epochfs_fuse_uring_requests_total",
     "epochfs_cache_hits_total",
     "epochfs_cache_hit_bytes_total",
     "epochfs_misses_total",

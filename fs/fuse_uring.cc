@@ -17,6 +17,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -56,13 +57,22 @@ struct CommandRequest {  // struct fuse_uring_cmd_req, in the SQE's command area
 
 // The kernel's queues: one per possible CPU (num_possible_cpus()), numbered from 0.
 unsigned PossibleCpus() {
+  // A list such as "0-7" or "0-3,6-7"; the kernel counts its CPUs (num_possible_cpus).
   std::ifstream in("/sys/devices/system/cpu/possible");
-  std::string range;
-  if (in >> range) {
-    const auto dash = range.find('-');
+  std::string list;
+  if (in >> list) {
+    unsigned count = 0;
+    std::istringstream ranges(list);
+    std::string range;
     try {
-      if (dash == std::string::npos) return static_cast<unsigned>(std::stoul(range)) + 1;
-      return static_cast<unsigned>(std::stoul(range.substr(dash + 1))) + 1;
+      while (std::getline(ranges, range, ',')) {
+        const auto dash = range.find('-');
+        const unsigned long first = std::stoul(range.substr(0, dash));
+        const unsigned long last =
+            dash == std::string::npos ? first : std::stoul(range.substr(dash + 1));
+        count += static_cast<unsigned>(last - first + 1);
+      }
+      if (count > 0) return count;
     } catch (const std::exception&) {
     }
   }
@@ -107,7 +117,6 @@ struct FuseUring::Worker {
   // The request being handled; under Replies' lock once it may be answered elsewhere.
   uint64_t unique = 0;
   bool replied = false;
-  bool waiting = false;  // handed to another thread, which answers it later
   std::condition_variable answered;
   // For the keeper: waiting for a request (its entry is the kernel's to give one), and
   // since when (steady-clock ns; 0: not) it waits on something that may wait for a request
