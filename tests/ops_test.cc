@@ -648,6 +648,24 @@ TEST_F(OpsTest, UmountAbortFreesTheReadersOfADaemonThatStoppedAnswering) {
   const pid_t pid = MountInBackground();
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  // kill() returns before every thread has stopped: a worker still running could answer
+  // the reader below. Stopped: every thread in state T.
+  const auto all_stopped = [pid] {
+    for (const auto& task : fsys::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (int i = 0; i < 200 && !all_stopped(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(all_stopped()) << "the daemon did not stop";
   struct Resume {  // whatever fails below, the daemon runs again and its mount goes
     pid_t pid;
     fsys::path mountpoint;
