@@ -220,12 +220,6 @@ ssize_t PutReply(UringEntry& e, const fuse_out_header& out, const struct iovec* 
 
 }  // namespace
 
-bool FuseUring::KernelEnabled() {
-  std::ifstream in("/sys/module/fuse/parameters/enable_uring");
-  char c = 'N';
-  return (in >> c) && (c == 'Y' || c == '1');
-}
-
 FuseUring::FuseUring(struct fuse_session* session, std::string mountpoint, unsigned queues,
                      size_t payload_size)
     : session_(session),
@@ -353,7 +347,6 @@ void FuseUring::Handle(Worker& w) {
   // Handed to another thread (fs/waiting_room.h), which answers it when it may. This
   // worker waits for that answer; should its queue have no other worker free meanwhile,
   // the keeper adds one (the answer may wait for a READ sent to this queue).
-  waited_.fetch_add(1, std::memory_order_relaxed);
   w.stalled_since.store(NowNs());
   while (!w.replied && !stopping_.load()) {
     w.answered.wait_for(lock, std::chrono::milliseconds(200));
@@ -401,7 +394,6 @@ void FuseUring::Keep() {
                      "on another thread: added one", q);
       }
     }
-    added_.fetch_add(starved.size(), std::memory_order_relaxed);
     // A new entry takes only requests sent after it; the kernel hands those already
     // queued to the entries its workers commit. A request from each CPU makes its queue
     // commit, which fetches what waits there.

@@ -36,12 +36,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <future>
 #include <functional>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
-#include <mutex>
 #include <vector>
 
 #include "base/status.h"
@@ -50,10 +50,6 @@ namespace epochfs::fs {
 
 class FuseUring {
  public:
-  // Whether the running kernel offers FUSE over io_uring to new mounts: the fuse module's
-  // `enable_uring` parameter is set.
-  static bool KernelEnabled();
-
   // Makes `threads_per_queue` worker threads for every one of the kernel's queues (one
   // per possible CPU), each with its own ring and buffers, before INIT is answered: once
   // the INIT reply asks for io_uring, the kernel holds every new request until every
@@ -83,10 +79,6 @@ class FuseUring {
   static ssize_t WriteNotification(int fd, const struct iovec* iov, int count);
 
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
-  // Requests answered later from another thread (each added a worker).
-  uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }
-  // Workers the keeper added to queues left with none free.
-  uint64_t added() const { return added_.load(std::memory_order_relaxed); }
   unsigned queues() const { return queues_; }
 
   struct Worker;  // a thread, its ring and its one entry (fuse_uring.cc)
@@ -112,7 +104,7 @@ class FuseUring {
   const unsigned queues_;
   std::atomic<bool> started_{false}, stopping_{false};
   const size_t payload_size_;
-  std::atomic<uint64_t> requests_{0}, waited_{0}, added_{0};
+  std::atomic<uint64_t> requests_{0};
   std::thread keeper_;
   std::mutex workers_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;  // GUARDED_BY(workers_mu_); never shrinks
