@@ -344,8 +344,8 @@ def main() -> int:
     p.add_argument("--mem-fraction", type=float, default=0.4)
     p.add_argument("--epochfs-arg", action="append", default=[], metavar="ARG")
     p.add_argument("--baseline-arg", action="append", default=[], metavar="ARG",
-                   help="a mount flag for the baseline only (e.g. --no-fuse-uring, to compare "
-                        "one binary with and without it)")
+                   help="the baseline's mount flags, instead of --epochfs-arg's (an older "
+                        "binary may not know a new flag)")
     p.add_argument("--kernel-fuse-uring", choices=("on", "off"), default=None,
                    help="set the fuse module's enable_uring for the run (put back after): "
                         "FUSE over io_uring for the mounts that ask for it")
@@ -402,7 +402,8 @@ def main() -> int:
                 # row meets the first one's leftovers (its cache's writeback, a colder
                 # page cache), so a fixed order would favour one of them.
                 for label, binary in (binaries if r % 2 == 0 else binaries[::-1]):
-                    extra = args.epochfs_arg + (args.baseline_arg if label == "base" else [])
+                    extra = (args.baseline_arg if label == "base" and args.baseline_arg
+                             else args.epochfs_arg)
                     res = run_row(row, binary, extra, src, mnt, cache, paths, crcs, data_bytes,
                                   args, r)
                     results[row][label].append(res)

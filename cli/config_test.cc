@@ -34,7 +34,7 @@ passthrough = true
 read_only = true
 allow_other = true
 io_uring = false
-fuse_uring = false
+fuse_uring = true
 isatty_guard = "off"
 log_level = "debug"
 consistency = "open"
@@ -66,7 +66,7 @@ metrics_textfile = "/var/lib/node_exporter/epochfs.prom"
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.allow_other);
   EXPECT_FALSE(o.use_io_uring);
-  EXPECT_FALSE(o.fuse_uring);
+  EXPECT_TRUE(o.fuse_uring);
   EXPECT_FALSE(o.isatty_guard);
   EXPECT_EQ(o.log_level, "debug");
   EXPECT_EQ(o.consistency, Consistency::kOpen);

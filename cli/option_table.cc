@@ -115,13 +115,13 @@ std::vector<OptionRow> BuildTable() {
                "passthrough, Linux 6.12+, --consistency open), and cache them in idle CPU "
                "time: for sources as fast as the cache",
        .apply = [](const OptionValue& v, MountOptions& o) { o.passthrough = v.boolean; }},
-      {.flag = "--no-fuse-uring",
+      {.flag = "--fuse-uring",
        .toml_key = "fuse_uring",
-       .fstab_keys = {"no_fuse_uring"},
+       .fstab_keys = {"fuse_uring"},
        .type = kBool,
-       .flag_turns_off = true,
-       .help = "Take FUSE requests from /dev/fuse even where the kernel offers io_uring for "
-               "them (Linux 6.14+ with the fuse module's enable_uring set)",
+       .help = "Experimental: take FUSE requests through io_uring where the kernel offers it "
+               "(Linux 6.14+ with the fuse module's enable_uring set); a torture test has "
+               "read one wrong byte this way, so not for data that matters yet",
        .apply = [](const OptionValue& v, MountOptions& o) { o.fuse_uring = v.boolean; }},
       {.flag = "--prefetch-bandwidth",
        .toml_key = "prefetch_bandwidth",

@@ -63,7 +63,8 @@ struct MountOptions {
   // only, on a kernel that grants it.
   bool passthrough = false;
   // Take FUSE requests through io_uring where the kernel offers it (fs/fuse_uring.h).
-  bool fuse_uring = true;
+  // Experimental, off by default: docs/benchmarks.md, "FUSE over io_uring".
+  bool fuse_uring = false;
   // Answer isatty() of the mount's files in the kernel where the BPF LSM lets the daemon
   // (daemon/isatty_guard.h); false sends each one to the daemon, as on other kernels.
   bool isatty_guard = true;

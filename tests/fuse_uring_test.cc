@@ -1,7 +1,8 @@
 // FUSE over io_uring (fs/fuse_uring.h): with the fuse module's enable_uring set, a mount
-// takes its requests through rings, and every operation still gives exact bytes; a
-// daemon killed while its rings hold requests leaves no reader hanging; --no-fuse-uring
-// keeps /dev/fuse. The fixture sets the module parameter (root) and puts it back after.
+// with --fuse-uring takes its requests through rings, and every operation still gives
+// exact bytes; a daemon killed while its rings hold requests leaves no reader hanging;
+// without the flag (experimental, off by default) requests stay on /dev/fuse. The
+// fixture sets the module parameter (root) and puts it back after.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -72,7 +73,7 @@ void Spit(const fsys::path& p, const std::string& bytes) {
 
 TEST_F(FuseUringTest, RequestsComeThroughTheRingsAndEveryOperationGivesExactBytes) {
   const Dataset data = Dataset::Make(src_, 300, 6, 300'000, /*seed=*/7);
-  Mount m(src_, mnt_, cache_);
+  Mount m(src_, mnt_, cache_, {"--fuse-uring"});
   ASSERT_TRUE(m.ok()) << m.output();
   ASSERT_TRUE(m.Stats()["fuse_uring"].get<bool>()) << "the kernel offered io_uring";
 
@@ -133,7 +134,7 @@ TEST_F(FuseUringTest, RequestsComeThroughTheRingsAndEveryOperationGivesExactByte
 
 TEST_F(FuseUringTest, ADaemonKilledWhileReadersWaitLeavesNoneHanging) {
   const Dataset data = Dataset::Make(src_, 200, 4, 200'000, /*seed=*/3);
-  Mount m(src_, mnt_, cache_);
+  Mount m(src_, mnt_, cache_, {"--fuse-uring"});
   ASSERT_TRUE(m.ok()) << m.output();
   ASSERT_TRUE(m.Stats()["fuse_uring"].get<bool>());
   const int pid = DaemonPid(m);
@@ -189,9 +190,9 @@ TEST_F(FuseUringTest, ADaemonKilledWhileReadersWaitLeavesNoneHanging) {
   for (const auto& [name, bytes] : data.files) ASSERT_EQ(Slurp(src_ / name), bytes) << name;
 }
 
-TEST_F(FuseUringTest, NoFuseUringKeepsDevFuse) {
+TEST_F(FuseUringTest, WithoutTheFlagRequestsStayOnDevFuse) {
   Spit(src_ / "f", "bytes");
-  Mount m(src_, mnt_, cache_, {"--no-fuse-uring"});
+  Mount m(src_, mnt_, cache_);
   ASSERT_TRUE(m.ok()) << m.output();
   EXPECT_EQ(Slurp(mnt_ / "f"), "bytes");
   const auto stats = m.Stats();
