@@ -101,7 +101,10 @@ std::unique_ptr<FuseUring> MakeFuseUring(const char* init_out, size_t init_out_s
 }
 
 ssize_t WriteReply(int fd, struct iovec* iov, int count, void* /*userdata*/) {
-  if (const ssize_t n = FuseUring::CaptureReply(iov, count); n >= 0) return n;
+  // Replies to ring requests go to their entries; on /dev/fuse alone no reply looks.
+  if (fuse_uring_granted.load(std::memory_order_relaxed) != nullptr) {
+    if (const ssize_t n = FuseUring::CaptureReply(iov, count); n >= 0) return n;
+  }
   const uint64_t unique = init_unique.load(std::memory_order_relaxed);
   if (unique == 0 || count < 2 || iov[0].iov_len != sizeof(fuse_out_header)) {
     return FuseUring::WriteNotification(fd, iov, count);
@@ -126,17 +129,14 @@ ssize_t WriteReply(int fd, struct iovec* iov, int count, void* /*userdata*/) {
   char* const flags_at = body.data() + offsetof(fuse_init_out, flags);
   uint32_t flags = Load<uint32_t>(flags_at);
   if (dirops_offered.load()) flags |= FUSE_PARALLEL_DIROPS;
-  if (passthrough) {
+  const uint32_t flags2 =
+      (passthrough ? kPassthroughFlag2 : 0) | (uring ? kOverIoUringFlag2 : 0);
+  if (flags2 != 0) {
     flags |= FUSE_INIT_EXT;  // or the kernel reads no flags2
     char* const flags2_at = body.data() + offsetof(fuse_init_out, flags2);
-    Store<uint32_t>(flags2_at, Load<uint32_t>(flags2_at) | kPassthroughFlag2);
-    Store<uint32_t>(body.data() + kMaxStackDepthOffset, kMaxStackDepth);
+    Store<uint32_t>(flags2_at, Load<uint32_t>(flags2_at) | flags2);
   }
-  if (uring) {
-    flags |= FUSE_INIT_EXT;
-    char* const flags2_at = body.data() + offsetof(fuse_init_out, flags2);
-    Store<uint32_t>(flags2_at, Load<uint32_t>(flags2_at) | kOverIoUringFlag2);
-  }
+  if (passthrough) Store<uint32_t>(body.data() + kMaxStackDepthOffset, kMaxStackDepth);
   Store<uint32_t>(flags_at, flags);
   std::vector<struct iovec> patched(iov, iov + count);
   patched[1].iov_base = body.data();
@@ -145,9 +145,10 @@ ssize_t WriteReply(int fd, struct iovec* iov, int count, void* /*userdata*/) {
     dirops_granted.store(dirops_offered.load());
     passthrough_granted.store(passthrough);
     if (uring) {
+      // Seen by the writev hook before the first reply from a ring can come.
+      fuse_uring_granted.store(uring.get());
       // The kernel now holds new requests until every queue has an entry.
       uring->Start();
-      fuse_uring_granted.store(uring.get());
       fuse_uring = std::move(uring);
     }
   }
